@@ -1,0 +1,136 @@
+// The one typed boundary to the native addon (native/src/addon.cc).
+//
+// Memory model: every tensor lives in native memory that the addon owns — an aligned
+// allocation (`alloc`) or a read-only file mapping (`mapFile`). JS refers to it by a
+// buffer id and a byte offset; the addon bounds-checks every (id, offset, length) it is
+// handed and throws a RangeError naming the argument when it does not fit. Typed-array
+// views (`view*`) give JS direct access without copies; a buffer is only released once
+// it has been freed *and* every view of it has been garbage-collected.
+//
+// Weight types are GGML type ids (GGUF `ggml_type`): F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8.
+// A weight matrix with GGUF dims ne = [cols, rows] is `rows` rows of `cols` elements,
+// rows stored one after another in the type's block layout.
+//
+// Threads: kernels run on a process-wide native pool (`setThreads`). Every reduction has a
+// fixed order, so results are bit-identical whatever the thread count.
+import { createRequire } from "node:module";
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const GGMLType = {
+  F32: 0,
+  F16: 1,
+  Q4_0: 2,
+  Q8_0: 8,
+} as const;
+export type GGMLTypeId = (typeof GGMLType)[keyof typeof GGMLType];
+
+/** Activation of a gated FFN: out = act(gate) * up (or relu on both for dReLU). */
+export const GateKind = { SwiGLU: 0, ReGLU: 1, dReLU: 2 } as const;
+export type GateKindId = (typeof GateKind)[keyof typeof GateKind];
+
+export type SimdLevel = "scalar" | "avx2" | "avx512";
+
+export interface CpuFeatures {
+  avx2: boolean;
+  fma: boolean;
+  f16c: boolean;
+  avx512f: boolean;
+  avx512bw: boolean;
+  avx512vl: boolean;
+  avx512vnni: boolean;
+}
+
+export interface NativeAddon {
+  // ---- runtime / pool -------------------------------------------------------------
+  cpuFeatures(): CpuFeatures;
+  /** Best level the CPU supports. */
+  bestSimd(): SimdLevel;
+  /** Force a SIMD path (tests); throws if the CPU lacks it. */
+  setSimd(level: SimdLevel): void;
+  getSimd(): SimdLevel;
+  setThreads(n: number): void;
+  getThreads(): number;
+  /** Compile-time options: which optional libraries the build found. */
+  buildInfo(): { liburing: boolean; openblas: boolean; compiler: string };
+
+  // ---- memory ---------------------------------------------------------------------
+  /** Allocate `nbytes` zeroed bytes, 4 KiB-aligned. Returns a buffer id. */
+  alloc(nbytes: number): number;
+  /** Map a file read-only (MAP_SHARED). Returns id and size. Throws naming the path. */
+  mapFile(path: string): { id: number; size: number };
+  /** Release a buffer (freed when its last view is collected). */
+  free(id: number): void;
+  bufferSize(id: number): number;
+  /** Zero-copy views. byteOffset must be aligned to the element size. */
+  viewF32(id: number, byteOffset: number, count: number): Float32Array;
+  viewI32(id: number, byteOffset: number, count: number): Int32Array;
+  viewU8(id: number, byteOffset: number, count: number): Uint8Array;
+  /** Copy bytes between buffers (both bounds-checked). */
+  copy(dst: number, dstOff: number, src: number, srcOff: number, nbytes: number): void;
+  /** Bytes a row of `cols` elements takes in a weight type (cols must fit its block size). */
+  rowBytes(type: number, cols: number): number;
+
+  // ---- conversion -----------------------------------------------------------------
+  /** Quantise/convert `rows` rows of `cols` f32 values (src) into `type` (dst). */
+  quantize(type: number, src: number, srcOff: number, dst: number, dstOff: number, rows: number, cols: number): void;
+  /** Dequantise row `row` of a weight matrix into f32 (dst). */
+  dequantizeRow(type: number, w: number, wOff: number, cols: number, row: number, dst: number, dstOff: number): void;
+  /** Fill n f32 with deterministic uniform values in [-scale, scale) from a seed (xoshiro-like). */
+  fillUniform(dst: number, dstOff: number, n: number, seed: bigint, scale: number): void;
+
+  // ---- kernels (all f32 activations) ----------------------------------------------
+  /** y[r] = W[r,:] · x, r < rows. Quantised types quantise x per block to Q8_0 first (as llama.cpp). */
+  matvec(type: number, w: number, wOff: number, rows: number, cols: number, x: number, xOff: number, y: number, yOff: number): void;
+  /** y[k] = W[idx[k],:] · x for k < nIdx (idx: int32, each < rows). Compact output. */
+  matvecRows(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, x: number, xOff: number, y: number, yOff: number): void;
+  /** out[c] += Σ_k coef[k] · W[idx[k], c], k in ascending order (down projection stored one row per neuron). */
+  axpyRows(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, coef: number, coefOff: number, out: number, outOff: number): void;
+  /** Y[t, r] = W[r,:] · X[t,:] for t < nTok: X is (nTok, cols), Y is (nTok, rows). */
+  matmul(type: number, w: number, wOff: number, rows: number, cols: number, x: number, xOff: number, nTok: number, y: number, yOff: number): void;
+  /** out[t] = x[t] / rms(x[t]) * weight, for nTok rows of n (weight f32). */
+  rmsnorm(x: number, xOff: number, weight: number, weightOff: number, n: number, nTok: number, eps: number, out: number, outOff: number): void;
+  /** In-place rotary embedding of (nTok, nHeads, headDim) at positions pos0 + t; first ropeDim dims rotated. neox: pairs (i, i+ropeDim/2), else (2i, 2i+1). */
+  rope(x: number, xOff: number, nTok: number, nHeads: number, headDim: number, ropeDim: number, pos0: number, freqBase: number, neox: boolean): void;
+  /** In-place softmax over nRows rows of n. */
+  softmax(x: number, xOff: number, n: number, nRows: number): void;
+  /** out = gate-activation(gate) * up (or relu·relu), elementwise over n. */
+  gatedAct(kind: number, gate: number, gateOff: number, up: number, upOff: number, out: number, outOff: number, n: number): void;
+  /** out = a + b, elementwise over n (out may alias a). */
+  add(a: number, aOff: number, b: number, bOff: number, out: number, outOff: number, n: number): void;
+  /**
+   * Store K/V rows for positions pos0..pos0+nTok-1 into a cache (kvType F32 or F16) laid out
+   * (ctx, nHeadKv*headDim); src is (nTok, nHeadKv*headDim) f32.
+   */
+  kvStore(kvType: number, cache: number, cacheOff: number, ctx: number, rowLen: number, pos0: number, nTok: number, src: number, srcOff: number): void;
+  /**
+   * Causal grouped-query attention. q: (nTok, nHead, headDim) f32 at positions pos0+t;
+   * kCache, vCache: (ctx, nHeadKv, headDim) of kvType; out: (nTok, nHead, headDim).
+   * Query t attends to cache positions 0..pos0+t. Scale 1/sqrt(headDim).
+   */
+  attention(kvType: number, q: number, qOff: number, kCache: number, kOff: number, vCache: number, vOff: number, ctx: number, nHead: number, nHeadKv: number, headDim: number, pos0: number, nTok: number, out: number, outOff: number): void;
+}
+
+function findAddon(): string {
+  const here = dirname(fileURLToPath(import.meta.url));
+  // src/ when run from sources (vitest), dist/src/ when built.
+  for (const up of ["..", "../.."]) {
+    const p = join(here, up, "native", "build", "Release", "neuronpipe.node");
+    if (existsSync(p)) return p;
+  }
+  throw new Error(
+    "neuronpipe: native addon not built (native/build/Release/neuronpipe.node missing). Run `npm run build:native`.",
+  );
+}
+
+let cached: NativeAddon | undefined;
+
+/** Load the addon once per thread (worker threads get their own handle onto the same process memory). */
+export function native(): NativeAddon {
+  if (!cached) {
+    const require = createRequire(import.meta.url);
+    cached = require(findAddon()) as NativeAddon;
+  }
+  return cached;
+}
