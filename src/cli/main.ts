@@ -1,0 +1,312 @@
+// The `neuronpipe` command line: generate, inspect, synth. Every command has --help.
+import { existsSync, mkdirSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { parseArgs, type ParseArgsConfig } from "node:util";
+import { readGGUF } from "../gguf/reader.js";
+import { tensorTypeName, valueTypeName } from "../gguf/types.js";
+import { loadModel } from "../model/model.js";
+import { readConfig } from "../model/config.js";
+import { native } from "../native.js";
+import { synthModel, synthShapes, type SynthShape } from "../synth/synth.js";
+import { parseBytes, formatBytes, progressBar } from "./format.js";
+
+type Options = NonNullable<ParseArgsConfig["options"]>;
+
+interface Command {
+  summary: string;
+  usage: string;
+  options: Options;
+  help: Record<string, string>;
+  run(values: Record<string, string | boolean | undefined>, positionals: string[]): Promise<void>;
+}
+
+class UsageError extends Error {}
+
+const num = (v: unknown, name: string, { int = false, min = -Infinity } = {}): number | undefined => {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isFinite(n) || (int && !Number.isInteger(n)) || n < min) {
+    throw new UsageError(`--${name} must be ${int ? "a whole number" : "a number"}${min > -Infinity ? ` ≥ ${min}` : ""}, got "${v}"`);
+  }
+  return n;
+};
+
+/** The model `generate` runs when no --model is given: made once, then cached. */
+export async function defaultModelPath(onProgress?: (d: number, t: number) => void): Promise<string> {
+  const dir = process.env.NEURONPIPE_CACHE ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "neuronpipe");
+  const path = join(dir, "default-synthetic-tiny-q8_0.gguf");
+  if (!existsSync(path)) {
+    mkdirSync(dir, { recursive: true });
+    await synthModel({ shape: synthShapes.tiny!, type: "q8_0", seed: 1, name: "neuronpipe default (synthetic)" }).write(path, {
+      onProgress,
+    });
+  }
+  return path;
+}
+
+const commands: Record<string, Command> = {
+  generate: {
+    summary: "generate text from a prompt",
+    usage: "neuronpipe generate [--model PATH] --prompt TEXT [options]",
+    options: {
+      model: { type: "string", short: "m" },
+      prompt: { type: "string", short: "p" },
+      "max-tokens": { type: "string", short: "n" },
+      temperature: { type: "string", short: "t" },
+      "top-k": { type: "string" },
+      "top-p": { type: "string" },
+      "min-p": { type: "string" },
+      "repeat-penalty": { type: "string" },
+      seed: { type: "string", short: "s" },
+      threads: { type: "string" },
+      ctx: { type: "string" },
+      json: { type: "boolean" },
+      help: { type: "boolean", short: "h" },
+    },
+    help: {
+      model: "GGUF model file (default: the embedded default model, made and cached on first use)",
+      prompt: "text to continue (default: \"Once upon a time\")",
+      "max-tokens": "tokens to generate (default 64)",
+      temperature: "sampling temperature; 0 = greedy (default 0)",
+      "top-k": "keep the k most likely tokens (default 40; 0 = off)",
+      "top-p": "nucleus sampling mass (default 0.95; 1 = off)",
+      "min-p": "drop tokens below min-p × p(best) (default 0.05)",
+      "repeat-penalty": "penalty for recently seen tokens (default 1 = off)",
+      seed: "random seed: same seed, same output (default 0)",
+      threads: "compute threads (default: all CPUs; output is identical for any count)",
+      ctx: "context size in tokens (default min(model's, 2048))",
+      json: "print one JSON object (token ids, text, timings) instead of streaming text",
+    },
+    async run(v) {
+      const path = (v.model as string | undefined) ?? (await defaultModelPath(progressBar("making the default model")));
+      const threads = num(v.threads, "threads", { int: true, min: 1 });
+      const model = await loadModel(path, { threads });
+      try {
+        const session = model.createSession({ contextSize: num(v.ctx, "ctx", { int: true, min: 1 }) });
+        const prompt = (v.prompt as string | undefined) ?? "Once upon a time";
+        const sampling = {
+          maxTokens: num(v["max-tokens"], "max-tokens", { int: true, min: 0 }) ?? 64,
+          temperature: num(v.temperature, "temperature", { min: 0 }) ?? 0,
+          topK: num(v["top-k"], "top-k", { int: true, min: 0 }),
+          topP: num(v["top-p"], "top-p"),
+          minP: num(v["min-p"], "min-p"),
+          repeatPenalty: num(v["repeat-penalty"], "repeat-penalty"),
+          seed: num(v.seed, "seed", { int: true }) ?? 0,
+        };
+        const ac = new AbortController();
+        const onSigint = () => ac.abort(new Error("interrupted"));
+        process.once("SIGINT", onSigint);
+        const ids: number[] = [];
+        let text = "";
+        const it = session.generate(prompt, { ...sampling, signal: ac.signal });
+        let r = await it.next();
+        if (!v.json) process.stdout.write(prompt);
+        while (!r.done) {
+          if (r.value.token >= 0) ids.push(r.value.token);
+          text += r.value.text;
+          if (!v.json) process.stdout.write(r.value.text);
+          r = await it.next();
+        }
+        process.off("SIGINT", onSigint);
+        const st = r.value;
+        if (v.json) {
+          const out = {
+            model: path,
+            prompt,
+            promptTokens: session.tokens.slice(0, st.promptTokens),
+            tokens: ids,
+            text,
+            sampling,
+            stats: st,
+          };
+          process.stdout.write(JSON.stringify(out) + "\n");
+        } else {
+          process.stdout.write("\n");
+          process.stderr.write(
+            `[prompt ${st.promptTokens} tok, ${st.prefillTokensPerSecond.toFixed(1)} tok/s | generated ${st.generatedTokens} tok, ` +
+              `${st.decodeTokensPerSecond.toFixed(2)} tok/s | stop: ${st.stopReason} | peak RSS ${formatBytes(st.peakRssBytes)} | ` +
+              `threads ${st.threads} | ${native().getSimd()}]\n`,
+          );
+        }
+        session.dispose();
+      } finally {
+        model.dispose();
+      }
+    },
+  },
+
+  inspect: {
+    summary: "summarise a GGUF file's metadata and tensors",
+    usage: "neuronpipe inspect PATH [--json] [--tensors]",
+    options: { json: { type: "boolean" }, tensors: { type: "boolean" }, help: { type: "boolean", short: "h" } },
+    help: { json: "print JSON", tensors: "list every tensor (default: first 20 and a summary)" },
+    async run(v, pos) {
+      const path = pos[0];
+      if (!path) throw new UsageError("inspect needs a file path");
+      const f = readGGUF(path);
+      const meta: Record<string, unknown> = {};
+      for (const [k, m] of f.metadata) {
+        const val = m.value;
+        meta[k] =
+          typeof val === "object" && val !== null && "length" in val
+            ? `[${valueTypeName[m.elemType ?? 0]} × ${(val as ArrayLike<unknown>).length}]`
+            : typeof val === "bigint"
+              ? val.toString()
+              : val;
+      }
+      const byType = new Map<string, { n: number; bytes: number }>();
+      for (const t of f.tensors) {
+        const e = byType.get(tensorTypeName(t.type)) ?? { n: 0, bytes: 0 };
+        e.n++;
+        e.bytes += t.nbytes;
+        byType.set(tensorTypeName(t.type), e);
+      }
+      let config: unknown;
+      try {
+        config = readConfig(f);
+      } catch (e) {
+        config = `not runnable: ${(e as Error).message}`;
+      }
+      if (v.json) {
+        process.stdout.write(
+          JSON.stringify({
+            path,
+            magic: f.magic,
+            version: f.version,
+            alignment: f.alignment,
+            fileSize: f.fileSize,
+            metadata: meta,
+            config,
+            tensors: f.tensors.map((t) => ({ name: t.name, type: tensorTypeName(t.type), ne: t.ne, offset: t.offset, bytes: t.nbytes })),
+          }) + "\n",
+        );
+        return;
+      }
+      const out: string[] = [];
+      out.push(`${path}: ${f.magic} v${f.version}, ${formatBytes(f.fileSize)}, ${f.metadata.size} keys, ${f.tensors.length} tensors, alignment ${f.alignment}`);
+      out.push("metadata:");
+      for (const [k, val] of Object.entries(meta)) out.push(`  ${k} = ${typeof val === "string" ? val : JSON.stringify(val)}`);
+      out.push(`model: ${typeof config === "string" ? config : JSON.stringify(config)}`);
+      out.push("tensor types:");
+      for (const [t, e] of byType) out.push(`  ${t}: ${e.n} tensors, ${formatBytes(e.bytes)}`);
+      const shown = v.tensors ? f.tensors : f.tensors.slice(0, 20);
+      out.push("tensors:");
+      for (const t of shown) out.push(`  ${t.name}  ${tensorTypeName(t.type)}  [${t.ne.join(", ")}]  ${formatBytes(t.nbytes)} @ ${t.offset}`);
+      if (shown.length < f.tensors.length) out.push(`  … ${f.tensors.length - shown.length} more (--tensors lists all)`);
+      process.stdout.write(out.join("\n") + "\n");
+    },
+  },
+
+  synth: {
+    summary: "write a random-weight GGUF model of a named shape or explicit dimensions",
+    usage: "neuronpipe synth --out PATH [--shape NAME | --embd N --ff N --layers N --heads N --kv-heads N --vocab-from llama2] [--type q4_0] [--activation swiglu] [--seed S]",
+    options: {
+      out: { type: "string", short: "o" },
+      shape: { type: "string" },
+      embd: { type: "string" },
+      ff: { type: "string" },
+      layers: { type: "string" },
+      heads: { type: "string" },
+      "kv-heads": { type: "string" },
+      ctx: { type: "string" },
+      type: { type: "string" },
+      activation: { type: "string" },
+      tokenizer: { type: "string" },
+      tied: { type: "boolean" },
+      seed: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+    help: {
+      out: "output GGUF path (required)",
+      shape: `named shape: ${Object.keys(synthShapes).join(", ")} (default tiny); explicit dimensions override its fields`,
+      embd: "model width",
+      ff: "FFN hidden width",
+      layers: "number of layers",
+      heads: "attention heads",
+      "kv-heads": "key/value heads (grouped-query attention when fewer than --heads)",
+      ctx: "training context length recorded in the file",
+      type: "weight type: f32, f16, q8_0, q4_0 (default q4_0)",
+      activation: "FFN activation: swiglu, reglu, drelu (default swiglu)",
+      tokenizer: "vocabulary: llama2 (SentencePiece, 32000) or llama3 (BPE, 128256) (default llama2)",
+      tied: "tie the output projection to the token embedding",
+      seed: "random seed (default 1)",
+    },
+    async run(v) {
+      const out = v.out as string | undefined;
+      if (!out) throw new UsageError("synth needs --out PATH");
+      const shapeName = (v.shape as string | undefined) ?? "tiny";
+      const base = synthShapes[shapeName];
+      if (!base) throw new UsageError(`unknown shape "${shapeName}" (known: ${Object.keys(synthShapes).join(", ")})`);
+      const shape: SynthShape = {
+        embd: num(v.embd, "embd", { int: true, min: 1 }) ?? base.embd,
+        ff: num(v.ff, "ff", { int: true, min: 1 }) ?? base.ff,
+        layers: num(v.layers, "layers", { int: true, min: 1 }) ?? base.layers,
+        heads: num(v.heads, "heads", { int: true, min: 1 }) ?? base.heads,
+        kvHeads: num(v["kv-heads"], "kv-heads", { int: true, min: 1 }) ?? (v.heads ? Number(v.heads) : base.kvHeads),
+        ctx: num(v.ctx, "ctx", { int: true, min: 1 }) ?? base.ctx,
+      };
+      const activation = (v.activation as string | undefined) ?? "swiglu";
+      if (!["swiglu", "reglu", "drelu"].includes(activation)) throw new UsageError(`--activation must be swiglu, reglu or drelu`);
+      const tokenizer = (v.tokenizer as string | undefined) ?? "llama2";
+      if (tokenizer !== "llama2" && tokenizer !== "llama3") throw new UsageError(`--tokenizer must be llama2 or llama3`);
+      const w = synthModel({
+        shape,
+        type: ((v.type as string | undefined) ?? "q4_0").toLowerCase(),
+        activation: activation as "swiglu",
+        seed: num(v.seed, "seed", { int: true }) ?? 1,
+        tokenizer,
+        tiedOutput: Boolean(v.tied),
+      });
+      const bytes = await w.write(out, { onProgress: progressBar(`writing ${out}`) });
+      process.stderr.write(`wrote ${out}: ${formatBytes(bytes)}\n`);
+    },
+  },
+};
+
+function helpText(name: string, c: Command): string {
+  const lines = [`neuronpipe ${name} — ${c.summary}`, "", `usage: ${c.usage}`, "", "options:"];
+  for (const [k, o] of Object.entries(c.options)) {
+    if (k === "help") continue;
+    const flag = `${o.short ? `-${o.short}, ` : "    "}--${k}${o.type === "string" ? " VALUE" : ""}`;
+    lines.push(`  ${flag.padEnd(28)} ${c.help[k] ?? ""}`);
+  }
+  lines.push(`  ${"-h, --help".padEnd(28)} this help`);
+  return lines.join("\n") + "\n";
+}
+
+function mainHelp(): string {
+  const lines = ["neuronpipe — run LLMs bigger than memory, fast, by exploiting activation sparsity", "", "usage: neuronpipe COMMAND [options]", "", "commands:"];
+  for (const [k, c] of Object.entries(commands)) lines.push(`  ${k.padEnd(10)} ${c.summary}`);
+  lines.push("", "`neuronpipe COMMAND --help` describes a command's options.");
+  return lines.join("\n") + "\n";
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === "--help" || name === "-h" || name === "help") {
+    process.stdout.write(mainHelp());
+    return name ? 0 : 1;
+  }
+  const cmd = commands[name];
+  if (!cmd) {
+    process.stderr.write(`neuronpipe: unknown command "${name}"\n\n${mainHelp()}`);
+    return 2;
+  }
+  try {
+    const { values, positionals } = parseArgs({ args: rest, options: cmd.options, allowPositionals: true, strict: true });
+    if (values.help) {
+      process.stdout.write(helpText(name, cmd));
+      return 0;
+    }
+    await cmd.run(values as Record<string, string | boolean | undefined>, positionals);
+    return 0;
+  } catch (e) {
+    const err = e as Error;
+    const usage = e instanceof UsageError || (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS");
+    process.stderr.write(`neuronpipe ${name}: ${err.message}\n${usage ? `\n${helpText(name, cmd)}` : ""}`);
+    return usage ? 2 : 1;
+  }
+}
+
+export { parseBytes };

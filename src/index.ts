@@ -1,0 +1,17 @@
+// neuronpipe's public API.
+export { loadModel, Model, type LoadOptions } from "./model/model.js";
+export {
+  Session,
+  type SessionOptions,
+  type GenerateOptions,
+  type GeneratedPiece,
+  type GenerationStats,
+} from "./session.js";
+export type { ModelConfig, FfnActivation } from "./model/config.js";
+export { Sampler, type SamplingOptions } from "./sampling.js";
+export { readGGUF, GGUFError, type GGUFFile, type TensorInfo } from "./gguf/reader.js";
+export { GGUFWriter } from "./gguf/writer.js";
+export { synthModel, synthShapes, type SynthShape, type SynthOptions } from "./synth/synth.js";
+export { createTokenizer, type Tokenizer } from "./tokenizer/index.js";
+export { sessionMachine } from "../actors/session-machine.js";
+export { native } from "./native.js";

@@ -1,0 +1,102 @@
+// Model hyper-parameters read from GGUF metadata, and the FFN activation as a property of the model.
+import { GGUFError, type GGUFFile, metaBool, metaNumber, metaString, requireNumber } from "../gguf/reader.js";
+
+/** FFN gate: SwiGLU silu(gate)*up; ReGLU relu(gate)*up (ReluLLaMA, ProSparse); dReLU relu(gate)*relu(up) (TurboSparse, PowerInfer `bamboo`). */
+export type FfnActivation = "swiglu" | "reglu" | "drelu";
+
+export interface ModelConfig {
+  arch: string;
+  nLayer: number;
+  nEmbd: number; // model width (dim)
+  nFF: number; // FFN hidden width (hidden_dim)
+  nHead: number;
+  nHeadKv: number; // grouped-query attention when < nHead
+  headDim: number;
+  nCtxTrain: number;
+  rmsEps: number;
+  ropeBase: number;
+  ropeDim: number;
+  ropeNeox: boolean; // rotate (i, i+d/2) instead of (2i, 2i+1)
+  nVocab: number;
+  activation: FfnActivation;
+  /** Where the activation came from, stated so no knob is silent. */
+  activationSource: string;
+}
+
+/** Architectures we run, with the FFN activation each implies. */
+const ARCHS: Record<string, FfnActivation | "by-key"> = {
+  llama: "by-key", // SwiGLU unless neuronpipe.ffn_activation (or PowerInfer predictors) say otherwise
+  mistral: "by-key",
+  bamboo: "drelu", // PowerInfer's dReLU arch
+  smallthinker: "reglu", // llama.cpp's relu(gate)*up; we accept the dense (one-expert) form
+};
+
+/** Documented key that states the FFN activation explicitly (docs/formats.md). */
+export const ACTIVATION_KEY = "neuronpipe.ffn_activation";
+
+export function readConfig(f: GGUFFile): ModelConfig {
+  const arch = metaString(f, "general.architecture");
+  if (!arch) throw new GGUFError(f.path, "missing metadata key general.architecture");
+  const rule = ARCHS[arch];
+  if (!rule) {
+    throw new GGUFError(
+      f.path,
+      `unsupported architecture "${arch}" (supported: ${Object.keys(ARCHS).join(", ")})`,
+    );
+  }
+  const k = (s: string) => `${arch}.${s}`;
+  const nEmbd = requireNumber(f, k("embedding_length"));
+  const nHead = requireNumber(f, k("attention.head_count"));
+  const nHeadKv = metaNumber(f, k("attention.head_count_kv")) ?? nHead;
+  const nLayer = requireNumber(f, k("block_count"));
+  let nFF = metaNumber(f, k("feed_forward_length"));
+  if (nFF === undefined && arch === "smallthinker") nFF = metaNumber(f, k("expert_feed_forward_length"));
+  if (nFF === undefined) throw new GGUFError(f.path, `missing metadata key ${k("feed_forward_length")}`);
+  if (nEmbd % nHead !== 0) throw new GGUFError(f.path, `embedding_length ${nEmbd} not divisible by head_count ${nHead}`);
+  if (nHead % nHeadKv !== 0) throw new GGUFError(f.path, `head_count ${nHead} not divisible by head_count_kv ${nHeadKv}`);
+  const headDim = metaNumber(f, k("attention.key_length")) ?? nEmbd / nHead;
+  const ropeDim = metaNumber(f, k("rope.dimension_count")) ?? headDim;
+  const tokens = f.metadata.get("tokenizer.ggml.tokens")?.value as unknown[] | undefined;
+  const embd = f.tensorsByName.get("token_embd.weight");
+  const nVocab = metaNumber(f, k("vocab_size")) ?? tokens?.length ?? embd?.ne[1];
+  if (nVocab === undefined) throw new GGUFError(f.path, "cannot tell the vocabulary size (no tokenizer.ggml.tokens)");
+
+  let activation: FfnActivation;
+  let activationSource: string;
+  const stated = metaString(f, ACTIVATION_KEY);
+  if (stated !== undefined) {
+    if (stated !== "swiglu" && stated !== "reglu" && stated !== "drelu") {
+      throw new GGUFError(f.path, `${ACTIVATION_KEY} = "${stated}" is not one of swiglu, reglu, drelu`);
+    }
+    activation = stated;
+    activationSource = `metadata ${ACTIVATION_KEY}`;
+  } else if (rule !== "by-key") {
+    activation = rule;
+    activationSource = `architecture ${arch}`;
+  } else if (f.magic === "PWRI" || f.metadata.has("powerinfer.sparse_threshold")) {
+    activation = "reglu"; // PowerInfer's ReluLLaMA / ProSparse files: ReGLU under arch llama
+    activationSource = "PowerInfer file (ReluLLaMA convention)";
+  } else {
+    activation = "swiglu";
+    activationSource = `architecture ${arch} (default)`;
+  }
+
+  return {
+    arch,
+    nLayer,
+    nEmbd,
+    nFF,
+    nHead,
+    nHeadKv,
+    headDim,
+    nCtxTrain: metaNumber(f, k("context_length")) ?? 2048,
+    rmsEps: metaNumber(f, k("attention.layer_norm_rms_epsilon")) ?? 1e-5,
+    ropeBase: metaNumber(f, k("rope.freq_base")) ?? 10000,
+    ropeDim,
+    // llama.cpp: llama/mistral/bamboo use normal rope; smallthinker NeoX. Overridable by key.
+    ropeNeox: metaBool(f, "neuronpipe.rope_neox") ?? arch === "smallthinker",
+    nVocab,
+    activation,
+    activationSource,
+  };
+}

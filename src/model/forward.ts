@@ -1,0 +1,149 @@
+// The dense forward pass of a llama-family model, top to bottom, in the spirit of llama2.c's
+// run.c: plain structs for the weights (weights.ts) and the run state (below), every buffer
+// commented with its shape. The math runs in native kernels; this file only says what is
+// computed, in which order, on which buffers. Activations live in one native scratch buffer.
+import { GGMLType, GateKind, native, type NativeAddon } from "../native.js";
+import type { ModelConfig } from "./config.js";
+import type { Tensor, Weights } from "./weights.js";
+
+/** Scratch activations for a batch of up to `maxBatch` tokens, all f32 in one native buffer. */
+export interface RunState {
+  buf: number; // native buffer holding all of the below
+  maxBatch: number;
+  x: number; // (maxBatch, dim) residual stream
+  xb: number; // (maxBatch, dim) normed input of a block
+  q: number; // (maxBatch, nHead*headDim)
+  k: number; // (maxBatch, nHeadKv*headDim)
+  v: number; // (maxBatch, nHeadKv*headDim)
+  att: number; // (maxBatch, nHead*headDim) attention output
+  o: number; // (maxBatch, dim) projection of a block's output
+  gate: number; // (maxBatch, hidden_dim)
+  up: number; // (maxBatch, hidden_dim)
+  hb: number; // (maxBatch, hidden_dim) gated activation
+  logits: number; // (maxBatch, vocab)
+  tokens: number; // (maxBatch) int32 ids of the batch
+  bytes: number;
+}
+
+/** Key/value cache: per layer, (ctx, nHeadKv*headDim) in F16 (llama.cpp's default) or F32. */
+export interface KVCache {
+  buf: number;
+  ctx: number;
+  type: number; // GGMLType.F16 | GGMLType.F32
+  rowLen: number; // nHeadKv*headDim
+  layerBytes: number; // bytes of one layer's K (same for V)
+  bytes: number;
+}
+
+export function createRunState(cfg: ModelConfig, maxBatch: number): RunState {
+  const { nEmbd: dim, nFF: hidden, nHead, nHeadKv, headDim, nVocab } = cfg;
+  const sizes = {
+    x: maxBatch * dim,
+    xb: maxBatch * dim,
+    q: maxBatch * nHead * headDim,
+    k: maxBatch * nHeadKv * headDim,
+    v: maxBatch * nHeadKv * headDim,
+    att: maxBatch * nHead * headDim,
+    o: maxBatch * dim,
+    gate: maxBatch * hidden,
+    up: maxBatch * hidden,
+    hb: maxBatch * hidden,
+    logits: maxBatch * nVocab,
+    tokens: maxBatch,
+  };
+  let off = 0;
+  const offs: Record<string, number> = {};
+  for (const [k, n] of Object.entries(sizes)) {
+    offs[k] = off;
+    off += Math.ceil((n * 4) / 64) * 64; // 64-byte aligned slices
+  }
+  const buf = native().alloc(off);
+  return { buf, maxBatch, bytes: off, ...(offs as Omit<RunState, "buf" | "maxBatch" | "bytes">) };
+}
+
+export function createKVCache(cfg: ModelConfig, ctx: number, type: number = GGMLType.F16): KVCache {
+  const rowLen = cfg.nHeadKv * cfg.headDim;
+  const elt = type === GGMLType.F16 ? 2 : 4;
+  const layerBytes = Math.ceil((ctx * rowLen * elt) / 4096) * 4096;
+  const bytes = layerBytes * 2 * cfg.nLayer;
+  return { buf: native().alloc(bytes), ctx, type, rowLen, layerBytes, bytes };
+}
+
+const gateKind = { swiglu: GateKind.SwiGLU, reglu: GateKind.ReGLU, drelu: GateKind.dReLU } as const;
+
+/** Y = W · X for nTok rows of X (matvec for one token: the decode path). */
+function linear(n: NativeAddon, w: Tensor, rs: RunState, x: number, y: number, nTok: number) {
+  if (nTok === 1) n.matvec(w.type, w.buf, w.off, w.rows, w.cols, rs.buf, x, rs.buf, y);
+  else n.matmul(w.type, w.buf, w.off, w.rows, w.cols, rs.buf, x, nTok, rs.buf, y);
+}
+
+export interface ForwardOptions {
+  /** Compute logits for every token of the batch (teacher forcing), not only the last. */
+  allLogits?: boolean;
+  /** Called after each layer with the layer index (progress, cancellation checks). */
+  onLayer?: (layer: number) => void;
+}
+
+/**
+ * Run `tokens` (at positions pos0..pos0+n-1) through the model, appending to the KV cache.
+ * Returns the offset of the logits in the run state: (n, vocab) with allLogits, else (1, vocab) of the last token.
+ */
+export function forward(
+  cfg: ModelConfig,
+  w: Weights,
+  rs: RunState,
+  kv: KVCache,
+  tokens: ArrayLike<number>,
+  pos0: number,
+  opts: ForwardOptions = {},
+): number {
+  const n = native();
+  const nTok = tokens.length;
+  if (nTok < 1 || nTok > rs.maxBatch) throw new RangeError(`forward: batch of ${nTok} tokens (1..${rs.maxBatch})`);
+  if (pos0 + nTok > kv.ctx) throw new RangeError(`forward: context full (${pos0 + nTok} > ${kv.ctx} positions)`);
+  const { nEmbd: dim, nFF: hidden, nHead, nHeadKv, headDim } = cfg;
+  const f32 = 4;
+
+  // token embeddings -> x (nTok, dim)
+  for (let t = 0; t < nTok; t++) {
+    const id = tokens[t]!;
+    if (!(id >= 0 && id < cfg.nVocab)) throw new RangeError(`forward: token id ${id} outside the vocabulary (0..${cfg.nVocab - 1})`);
+    n.dequantizeRow(w.tokenEmbd.type, w.tokenEmbd.buf, w.tokenEmbd.off, dim, id, rs.buf, rs.x + t * dim * f32);
+  }
+
+  for (let l = 0; l < cfg.nLayer; l++) {
+    const L = w.layers[l]!;
+    const kOff = 2 * l * kv.layerBytes; // this layer's K cache
+    const vOff = kOff + kv.layerBytes; // and V cache
+
+    // attention: xb = rmsnorm(x); q,k,v = W·xb; rope(q,k); cache k,v; att = softmax(q·K/√d)·V; x += Wo·att
+    n.rmsnorm(rs.buf, rs.x, L.attnNorm.buf, L.attnNorm.off, dim, nTok, cfg.rmsEps, rs.buf, rs.xb);
+    linear(n, L.wq, rs, rs.xb, rs.q, nTok);
+    linear(n, L.wk, rs, rs.xb, rs.k, nTok);
+    linear(n, L.wv, rs, rs.xb, rs.v, nTok);
+    n.rope(rs.buf, rs.q, nTok, nHead, headDim, cfg.ropeDim, pos0, cfg.ropeBase, cfg.ropeNeox);
+    n.rope(rs.buf, rs.k, nTok, nHeadKv, headDim, cfg.ropeDim, pos0, cfg.ropeBase, cfg.ropeNeox);
+    n.kvStore(kv.type, kv.buf, kOff, kv.ctx, kv.rowLen, pos0, nTok, rs.buf, rs.k);
+    n.kvStore(kv.type, kv.buf, vOff, kv.ctx, kv.rowLen, pos0, nTok, rs.buf, rs.v);
+    n.attention(kv.type, rs.buf, rs.q, kv.buf, kOff, kv.buf, vOff, kv.ctx, nHead, nHeadKv, headDim, pos0, nTok, rs.buf, rs.att);
+    linear(n, L.wo, rs, rs.att, rs.o, nTok);
+    n.add(rs.buf, rs.x, rs.buf, rs.o, rs.buf, rs.x, nTok * dim);
+
+    // feed-forward: xb = rmsnorm(x); hb = act(W_gate·xb) * (W_up·xb); x += W_down·hb
+    n.rmsnorm(rs.buf, rs.x, L.ffnNorm.buf, L.ffnNorm.off, dim, nTok, cfg.rmsEps, rs.buf, rs.xb);
+    linear(n, L.ffnGate, rs, rs.xb, rs.gate, nTok);
+    linear(n, L.ffnUp, rs, rs.xb, rs.up, nTok);
+    n.gatedAct(gateKind[cfg.activation], rs.buf, rs.gate, rs.buf, rs.up, rs.buf, rs.hb, nTok * hidden);
+    linear(n, L.ffnDown, rs, rs.hb, rs.o, nTok);
+    n.add(rs.buf, rs.x, rs.buf, rs.o, rs.buf, rs.x, nTok * dim);
+
+    opts.onLayer?.(l);
+  }
+
+  // final norm and classifier: logits = W_out · rmsnorm(x), for the last token or all of them
+  const first = opts.allLogits ? 0 : nTok - 1;
+  const m = nTok - first;
+  n.rmsnorm(rs.buf, rs.x + first * dim * f32, w.outputNorm.buf, w.outputNorm.off, dim, m, cfg.rmsEps, rs.buf, rs.xb);
+  linear(n, w.output, rs, rs.xb, rs.logits, m);
+  return rs.logits;
+}

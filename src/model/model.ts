@@ -1,0 +1,76 @@
+// A loaded model: configuration, tokenizer and weights mapped from a GGUF file.
+import { readGGUF, type GGUFFile } from "../gguf/reader.js";
+import { native } from "../native.js";
+import { createTokenizer, type Tokenizer } from "../tokenizer/index.js";
+import { Session, type SessionOptions } from "../session.js";
+import { readConfig, type ModelConfig } from "./config.js";
+import { vocabFromGGUF } from "./vocab.js";
+import { bindWeights, type Weights } from "./weights.js";
+
+export interface LoadOptions {
+  /** Native compute threads (default: all online CPUs). Results are identical for any count. */
+  threads?: number;
+  /** Abort loading (checked between steps). */
+  signal?: AbortSignal;
+}
+
+export class Model {
+  private disposed = false;
+  private sessions = new Set<Session>();
+
+  constructor(
+    readonly path: string,
+    readonly file: GGUFFile,
+    readonly config: ModelConfig,
+    readonly tokenizer: Tokenizer,
+    readonly weights: Weights,
+  ) {}
+
+  /** Bytes of the mapped file plus converted tensors. */
+  get weightBytes(): number {
+    return this.file.fileSize;
+  }
+
+  createSession(options: SessionOptions = {}): Session {
+    if (this.disposed) throw new Error("model is disposed");
+    const s = new Session(this, options);
+    this.sessions.add(s);
+    s.once("disposed", () => this.sessions.delete(s));
+    return s;
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    for (const s of [...this.sessions]) s.dispose();
+    this.disposed = true;
+    const n = native();
+    for (const b of this.weights.buffers) n.free(b);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.dispose();
+  }
+}
+
+export async function loadModel(path: string, options: LoadOptions = {}): Promise<Model> {
+  options.signal?.throwIfAborted();
+  const n = native();
+  if (options.threads !== undefined) {
+    if (!(Number.isInteger(options.threads) && options.threads >= 1)) {
+      throw new RangeError(`loadModel: threads must be a whole number ≥ 1, got ${options.threads}`);
+    }
+    n.setThreads(options.threads);
+  }
+  const file = readGGUF(path);
+  const config = readConfig(file);
+  const tokenizer = createTokenizer(vocabFromGGUF(file));
+  options.signal?.throwIfAborted();
+  const mapped = n.mapFile(path);
+  try {
+    const weights = bindWeights(file, config, mapped.id);
+    return new Model(path, file, config, tokenizer, weights);
+  } catch (e) {
+    n.free(mapped.id);
+    throw e;
+  }
+}
