@@ -1,7 +1,7 @@
 // A conversation with a model: its KV cache, its position, and text generation as an async
 // iterator of pieces. The session protocol (idle → prefilling → decoding → done | cancelled |
 // failed) is the XState machine in actors/session-machine.ts; this file injects the work.
-import EventEmitter from "eventemitter3";
+import { EventEmitter } from "eventemitter3";
 import { createActor, fromPromise, type InspectionEvent } from "xstate";
 import {
   type DecodeStepInput,
@@ -140,7 +140,7 @@ export class Session extends EventEmitter<SessionEvents> {
     const detok = tok.createDecoderStream();
     const n = native();
     const V = this.model.config.nVocab;
-    let logits = new Float32Array(V);
+    let logits: Float32Array = new Float32Array(V);
     const history = [...this.tokens, ...promptTokens];
     let tPrefill0 = 0;
     let tPrefill1 = 0;

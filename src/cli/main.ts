@@ -79,21 +79,23 @@ const commands: Record<string, Command> = {
       json: "print one JSON object (token ids, text, timings) instead of streaming text",
     },
     async run(v) {
-      const path = (v.model as string | undefined) ?? (await defaultModelPath(progressBar("making the default model")));
+      // read every option before any work, so a typo fails fast
       const threads = num(v.threads, "threads", { int: true, min: 1 });
+      const contextSize = num(v.ctx, "ctx", { int: true, min: 1 });
+      const prompt = (v.prompt as string | undefined) ?? "Once upon a time";
+      const sampling = {
+        maxTokens: num(v["max-tokens"], "max-tokens", { int: true, min: 0 }) ?? 64,
+        temperature: num(v.temperature, "temperature", { min: 0 }) ?? 0,
+        topK: num(v["top-k"], "top-k", { int: true, min: 0 }),
+        topP: num(v["top-p"], "top-p"),
+        minP: num(v["min-p"], "min-p"),
+        repeatPenalty: num(v["repeat-penalty"], "repeat-penalty"),
+        seed: num(v.seed, "seed", { int: true }) ?? 0,
+      };
+      const path = (v.model as string | undefined) ?? (await defaultModelPath(progressBar("making the default model")));
       const model = await loadModel(path, { threads });
       try {
-        const session = model.createSession({ contextSize: num(v.ctx, "ctx", { int: true, min: 1 }) });
-        const prompt = (v.prompt as string | undefined) ?? "Once upon a time";
-        const sampling = {
-          maxTokens: num(v["max-tokens"], "max-tokens", { int: true, min: 0 }) ?? 64,
-          temperature: num(v.temperature, "temperature", { min: 0 }) ?? 0,
-          topK: num(v["top-k"], "top-k", { int: true, min: 0 }),
-          topP: num(v["top-p"], "top-p"),
-          minP: num(v["min-p"], "min-p"),
-          repeatPenalty: num(v["repeat-penalty"], "repeat-penalty"),
-          seed: num(v.seed, "seed", { int: true }) ?? 0,
-        };
+        const session = model.createSession({ contextSize });
         const ac = new AbortController();
         const onSigint = () => ac.abort(new Error("interrupted"));
         process.once("SIGINT", onSigint);

