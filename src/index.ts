@@ -15,3 +15,4 @@ export { synthModel, synthShapes, type SynthShape, type SynthOptions } from "./s
 export { createTokenizer, type Tokenizer } from "./tokenizer/index.js";
 export { sessionMachine } from "../actors/session-machine.js";
 export { native } from "./native.js";
+export { GenerationPool, type WorkerPoolOptions } from "./worker-pool.js";

@@ -177,6 +177,8 @@ export class Session extends EventEmitter<SessionEvents> {
             pending = { piece, resume };
             notify();
           });
+          // let timers and messages (an abort from another thread, say) run between tokens
+          await new Promise<void>((r) => setImmediate(r));
           if (closed || input.step + 1 >= maxTokens) return { token, stop: "max-tokens" };
           if (this.tokens.length + 1 >= this.contextSize) return { token, stop: "context-full" };
           const t0 = performance.now();

@@ -1,0 +1,49 @@
+// Worker-thread entry point (piscina): runs a generation off the caller's thread and streams
+// pieces back over a MessagePort. Models stay loaded in the worker between tasks (keyed by
+// path), so only the first task on a worker pays for loading. Messages carry text and token
+// ids only; the weights and activations stay in this thread's native memory.
+import type { MessagePort } from "node:worker_threads";
+import { loadModel, type Model } from "../src/model/model.js";
+import type { GenerateOptions, GenerationStats } from "../src/session.js";
+
+export interface GenerateTask {
+  modelPath: string;
+  prompt: string;
+  threads?: number;
+  contextSize?: number;
+  options: Omit<GenerateOptions, "signal" | "inspect">;
+  /** Receives {type:"piece", text, token}; sends back {type:"abort"} to cancel. */
+  port: MessagePort;
+}
+
+export type WorkerMessage =
+  | { type: "piece"; text: string; token: number }
+  | { type: "done"; stats: GenerationStats };
+
+const models = new Map<string, Model>();
+
+export default async function generate(task: GenerateTask): Promise<GenerationStats> {
+  let model = models.get(task.modelPath);
+  if (!model) {
+    model = await loadModel(task.modelPath, { threads: task.threads });
+    models.set(task.modelPath, model);
+  }
+  const ac = new AbortController();
+  task.port.on("message", (m: { type?: string }) => {
+    if (m?.type === "abort") ac.abort(new Error("aborted by the caller"));
+  });
+  const session = model.createSession({ contextSize: task.contextSize });
+  try {
+    const it = session.generate(task.prompt, { ...task.options, signal: ac.signal });
+    let r = await it.next();
+    while (!r.done) {
+      task.port.postMessage({ type: "piece", text: r.value.text, token: r.value.token } satisfies WorkerMessage);
+      r = await it.next();
+    }
+    task.port.postMessage({ type: "done", stats: r.value } satisfies WorkerMessage);
+    return r.value;
+  } finally {
+    session.dispose();
+    task.port.close();
+  }
+}
