@@ -113,6 +113,12 @@ export interface NativeAddon {
 }
 
 function findAddon(): string {
+  // NEURONPIPE_ADDON selects another build (CI tests the build without optional libraries this way)
+  const forced = process.env.NEURONPIPE_ADDON;
+  if (forced) {
+    if (!existsSync(forced)) throw new Error(`neuronpipe: NEURONPIPE_ADDON=${forced} does not exist`);
+    return forced;
+  }
   const here = dirname(fileURLToPath(import.meta.url));
   // src/ when run from sources (vitest), dist/src/ when built.
   for (const up of ["..", "../.."]) {
