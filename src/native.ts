@@ -54,6 +54,12 @@ export interface NativeAddon {
   getThreads(): number;
   /** Compile-time options: which optional libraries the build found. */
   buildInfo(): { liburing: boolean; openblas: boolean; compiler: string };
+  /**
+   * Diagnostics (cumulative, process-wide): kernel jobs dispatched to the pool (small
+   * problems and calls made while another JS thread uses the pool run inline and are not
+   * counted) and how many work chunks pool workers / calling threads executed.
+   */
+  poolStats(): { jobs: number; workerChunks: number; callerChunks: number };
 
   // ---- memory ---------------------------------------------------------------------
   /** Allocate `nbytes` zeroed bytes, 4 KiB-aligned. Returns a buffer id. */

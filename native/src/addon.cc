@@ -1,0 +1,517 @@
+// N-API bindings: argument parsing and bounds checks only. All math lives in kernels/.
+// Errors are JS exceptions (TypeError for malformed arguments, RangeError for values or
+// buffer ranges that do not fit) whose message starts with the function name and names
+// the offending argument.
+#include <napi.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "registry.h"
+#include "threads.h"
+
+namespace {
+
+using np::BufferRef;
+
+struct Ctx {
+  const Napi::CallbackInfo& info;
+  const char* fn;
+  std::vector<BufferRef> keep;  // keeps buffers alive for the duration of the call
+
+  [[noreturn]] void typeErr(const std::string& m) const {
+    throw Napi::TypeError::New(info.Env(), std::string(fn) + ": " + m);
+  }
+  [[noreturn]] void rangeErr(const std::string& m) const {
+    throw Napi::RangeError::New(info.Env(), std::string(fn) + ": " + m);
+  }
+
+  void argc(size_t n) const {
+    if (info.Length() < n)
+      typeErr("expected " + std::to_string(n) + " arguments, got " + std::to_string(info.Length()));
+  }
+
+  double num(size_t i, const char* name) const {
+    if (i >= info.Length() || !info[i].IsNumber()) typeErr(std::string(name) + " must be a number");
+    return info[i].As<Napi::Number>().DoubleValue();
+  }
+
+  // Non-negative integer (exactly representable), optionally bounded.
+  int64_t idx(size_t i, const char* name, double maxv = 9007199254740991.0) const {
+    const double v = num(i, name);
+    if (!std::isfinite(v) || v != std::floor(v)) typeErr(std::string(name) + " must be an integer, got " + fmt(v));
+    if (v < 0 || v > maxv) rangeErr(std::string(name) + " out of range: " + fmt(v));
+    return (int64_t)v;
+  }
+
+  bool boolean(size_t i, const char* name) const {
+    if (i >= info.Length() || !info[i].IsBoolean()) typeErr(std::string(name) + " must be a boolean");
+    return info[i].As<Napi::Boolean>().Value();
+  }
+
+  static std::string fmt(double v) {
+    if (v == std::floor(v) && std::fabs(v) < 1e18) return std::to_string((long long)v);
+    return std::to_string(v);
+  }
+
+  // Weight / activation type id.
+  int type(size_t i, const char* name, bool kvOnly = false) const {
+    const int64_t t = idx(i, name, 1e9);
+    if (kvOnly ? !(t == np::T_F32 || t == np::T_F16) : !np::typeKnown((int)t))
+      rangeErr(std::string(name) + " " + std::to_string(t) + " is not a supported type (" +
+               (kvOnly ? "F32=0, F16=1" : "F32=0, F16=1, Q4_0=2, Q8_0=8") + ")");
+    return (int)t;
+  }
+
+  void colsFit(int type, int64_t cols) const {
+    if (np::typeQuantized(type) && cols % np::QK != 0)
+      rangeErr("cols " + std::to_string(cols) + " is not a multiple of 32 (required by type " + std::to_string(type) +
+               ")");
+  }
+
+  // Bounds-checked pointer into buffer `id` (argument i), `nbytes` at byte offset `off`.
+  uint8_t* span(size_t iId, const char* what, int64_t off, double nbytes, size_t align = 1) {
+    const int64_t id = idx(iId, (std::string(what) + " buffer id").c_str());
+    BufferRef b = np::registryGet(id);
+    if (!b) rangeErr(std::string(what) + " buffer " + std::to_string(id) + " is not a live buffer");
+    if (align > 1 && off % (int64_t)align != 0)
+      rangeErr(std::string(what) + " offset " + std::to_string(off) + " is not " + std::to_string(align) +
+               "-byte aligned");
+    if ((double)off + nbytes > (double)b->size)
+      rangeErr(std::string(what) + " buffer " + std::to_string(id) + " too small: need " + fmt(nbytes) +
+               " bytes at offset " + std::to_string(off) + ", have " + std::to_string(b->size));
+    uint8_t* p = b->ptr + off;
+    keep.push_back(std::move(b));
+    return p;
+  }
+};
+
+Napi::Value Undef(const Napi::CallbackInfo& info) { return info.Env().Undefined(); }
+
+// ---- runtime ---------------------------------------------------------------------------
+
+Napi::Value CpuFeatures(const Napi::CallbackInfo& info) {
+  const np::CpuFeat f = np::cpuFeatures();
+  Napi::Object o = Napi::Object::New(info.Env());
+  o.Set("avx2", f.avx2);
+  o.Set("fma", f.fma);
+  o.Set("f16c", f.f16c);
+  o.Set("avx512f", f.avx512f);
+  o.Set("avx512bw", f.avx512bw);
+  o.Set("avx512vl", f.avx512vl);
+  o.Set("avx512vnni", f.avx512vnni);
+  return o;
+}
+
+Napi::Value BestSimd(const Napi::CallbackInfo& info) {
+  return Napi::String::New(info.Env(), np::simdName(np::bestSimd()));
+}
+
+Napi::Value SetSimd(const Napi::CallbackInfo& info) {
+  Ctx c{info, "setSimd", {}};
+  if (info.Length() < 1 || !info[0].IsString()) c.typeErr("level must be \"scalar\", \"avx2\" or \"avx512\"");
+  const std::string s = info[0].As<Napi::String>().Utf8Value();
+  np::SimdLevel l;
+  if (s == "scalar") l = np::SIMD_SCALAR;
+  else if (s == "avx2") l = np::SIMD_AVX2;
+  else if (s == "avx512") l = np::SIMD_AVX512;
+  else c.typeErr("level must be \"scalar\", \"avx2\" or \"avx512\", got \"" + s + "\"");
+  if (!np::simdSupported(l)) throw Napi::Error::New(info.Env(), "setSimd: this CPU does not support " + s);
+  np::setSimd(l);
+  return Undef(info);
+}
+
+Napi::Value GetSimd(const Napi::CallbackInfo& info) {
+  return Napi::String::New(info.Env(), np::simdName(np::getSimd()));
+}
+
+Napi::Value SetThreads(const Napi::CallbackInfo& info) {
+  Ctx c{info, "setThreads", {}};
+  const int64_t n = c.idx(0, "n", np::kMaxThreads);
+  if (n < 1) c.rangeErr("n must be between 1 and " + std::to_string(np::kMaxThreads) + ", got 0");
+  np::poolSetThreads((int)n);
+  return Undef(info);
+}
+
+Napi::Value GetThreads(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), np::poolGetThreads()); }
+
+Napi::Value PoolStats(const Napi::CallbackInfo& info) {
+  uint64_t jobs, wc, cc;
+  np::poolStats(&jobs, &wc, &cc);
+  Napi::Object o = Napi::Object::New(info.Env());
+  o.Set("jobs", (double)jobs);
+  o.Set("workerChunks", (double)wc);
+  o.Set("callerChunks", (double)cc);
+  return o;
+}
+
+Napi::Value BuildInfo(const Napi::CallbackInfo& info) {
+  Napi::Object o = Napi::Object::New(info.Env());
+#ifdef NP_HAVE_LIBURING
+  o.Set("liburing", true);
+#else
+  o.Set("liburing", false);
+#endif
+#ifdef NP_HAVE_OPENBLAS
+  o.Set("openblas", true);
+#else
+  o.Set("openblas", false);
+#endif
+#if defined(__clang__)
+  o.Set("compiler", std::string("clang ") + __clang_version__);
+#elif defined(__GNUC__)
+  o.Set("compiler", std::string("gcc ") + __VERSION__);
+#else
+  o.Set("compiler", "unknown");
+#endif
+  return o;
+}
+
+// ---- memory ----------------------------------------------------------------------------
+
+Napi::Value Alloc(const Napi::CallbackInfo& info) {
+  Ctx c{info, "alloc", {}};
+  const int64_t n = c.idx(0, "nbytes", 1ull << 46);
+  try {
+    return Napi::Number::New(info.Env(), (double)np::registryAlloc((size_t)n));
+  } catch (const std::bad_alloc&) {
+    c.rangeErr("cannot allocate " + std::to_string(n) + " bytes");
+  }
+}
+
+Napi::Value MapFile(const Napi::CallbackInfo& info) {
+  Ctx c{info, "mapFile", {}};
+  if (info.Length() < 1 || !info[0].IsString()) c.typeErr("path must be a string");
+  const std::string path = info[0].As<Napi::String>().Utf8Value();
+  size_t size = 0;
+  int64_t id;
+  try {
+    id = np::registryMapFile(path, &size);
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(info.Env(), e.what());
+  }
+  Napi::Object o = Napi::Object::New(info.Env());
+  o.Set("id", (double)id);
+  o.Set("size", (double)size);
+  return o;
+}
+
+Napi::Value Free(const Napi::CallbackInfo& info) {
+  Ctx c{info, "free", {}};
+  const int64_t id = c.idx(0, "id");
+  if (!np::registryFree(id)) c.rangeErr("buffer " + std::to_string(id) + " is not a live buffer");
+  return Undef(info);
+}
+
+Napi::Value BufferSize(const Napi::CallbackInfo& info) {
+  Ctx c{info, "bufferSize", {}};
+  const int64_t id = c.idx(0, "id");
+  BufferRef b = np::registryGet(id);
+  if (!b) c.rangeErr("buffer " + std::to_string(id) + " is not a live buffer");
+  return Napi::Number::New(info.Env(), (double)b->size);
+}
+
+template <class T>
+Napi::Value View(const Napi::CallbackInfo& info, const char* fn, napi_typedarray_type tat) {
+  Ctx c{info, fn, {}};
+  c.argc(3);
+  const int64_t off = c.idx(1, "byteOffset");
+  const int64_t count = c.idx(2, "count");
+  uint8_t* p = c.span(0, "view", off, (double)count * sizeof(T), sizeof(T));
+  Napi::Env env = info.Env();
+  Napi::ArrayBuffer ab;
+  if (count == 0) {
+    ab = Napi::ArrayBuffer::New(env, 0);
+  } else {
+    auto* hold = new BufferRef(c.keep.back());
+    ab = Napi::ArrayBuffer::New(env, p, (size_t)count * sizeof(T), [](Napi::Env, void*, BufferRef* h) { delete h; },
+                                hold);
+  }
+  return Napi::TypedArray(env, Napi::TypedArrayOf<T>::New(env, (size_t)count, ab, 0, tat));
+}
+
+Napi::Value ViewF32(const Napi::CallbackInfo& info) { return View<float>(info, "viewF32", napi_float32_array); }
+Napi::Value ViewI32(const Napi::CallbackInfo& info) { return View<int32_t>(info, "viewI32", napi_int32_array); }
+Napi::Value ViewU8(const Napi::CallbackInfo& info) { return View<uint8_t>(info, "viewU8", napi_uint8_array); }
+
+Napi::Value Copy(const Napi::CallbackInfo& info) {
+  Ctx c{info, "copy", {}};
+  c.argc(5);
+  const int64_t dOff = c.idx(1, "dstOff"), sOff = c.idx(3, "srcOff"), n = c.idx(4, "nbytes");
+  uint8_t* d = c.span(0, "dst", dOff, (double)n);
+  const uint8_t* s = c.span(2, "src", sOff, (double)n);
+  if (n) std::memmove(d, s, (size_t)n);
+  return Undef(info);
+}
+
+Napi::Value RowBytes(const Napi::CallbackInfo& info) {
+  Ctx c{info, "rowBytes", {}};
+  const int t = c.type(0, "type");
+  const int64_t cols = c.idx(1, "cols");
+  c.colsFit(t, cols);
+  return Napi::Number::New(info.Env(), (double)np::rowBytesOf(t, cols));
+}
+
+// ---- conversion --------------------------------------------------------------------------
+
+size_t elemAlign(int t) { return t == np::T_F32 ? 4 : t == np::T_F16 ? 2 : 1; }
+
+Napi::Value Quantize(const Napi::CallbackInfo& info) {
+  Ctx c{info, "quantize", {}};
+  c.argc(7);
+  const int t = c.type(0, "type");
+  const int64_t sOff = c.idx(2, "srcOff"), dOff = c.idx(4, "dstOff"), rows = c.idx(5, "rows"), cols = c.idx(6, "cols");
+  c.colsFit(t, cols);
+  const float* src = (const float*)c.span(1, "src", sOff, (double)rows * cols * 4, 4);
+  uint8_t* dst = c.span(3, "dst", dOff, (double)rows * np::rowBytesOf(t, cols), elemAlign(t));
+  np::opQuantize(t, src, dst, rows, cols);
+  return Undef(info);
+}
+
+Napi::Value DequantizeRow(const Napi::CallbackInfo& info) {
+  Ctx c{info, "dequantizeRow", {}};
+  c.argc(7);
+  const int t = c.type(0, "type");
+  const int64_t wOff = c.idx(2, "wOff"), cols = c.idx(3, "cols"), row = c.idx(4, "row"), dOff = c.idx(6, "dstOff");
+  c.colsFit(t, cols);
+  const size_t rb = np::rowBytesOf(t, cols);
+  const uint8_t* w = c.span(1, "weight", wOff, (double)(row + 1) * rb, elemAlign(t));
+  float* dst = (float*)c.span(5, "dst", dOff, (double)cols * 4, 4);
+  np::opDequantRow(t, w + (size_t)row * rb, cols, dst);
+  return Undef(info);
+}
+
+Napi::Value FillUniform(const Napi::CallbackInfo& info) {
+  Ctx c{info, "fillUniform", {}};
+  c.argc(5);
+  const int64_t off = c.idx(1, "dstOff"), n = c.idx(2, "n");
+  uint64_t seed;
+  if (info[3].IsBigInt()) {
+    bool lossless = true;
+    seed = info[3].As<Napi::BigInt>().Uint64Value(&lossless);
+  } else if (info[3].IsNumber()) {
+    seed = (uint64_t)c.idx(3, "seed");
+  } else {
+    c.typeErr("seed must be a bigint");
+  }
+  const double scale = c.num(4, "scale");
+  float* dst = (float*)c.span(0, "dst", off, (double)n * 4, 4);
+  np::opFillUniform(dst, n, seed, (float)scale);
+  return Undef(info);
+}
+
+// ---- kernels -----------------------------------------------------------------------------
+
+Napi::Value Matvec(const Napi::CallbackInfo& info) {
+  Ctx c{info, "matvec", {}};
+  c.argc(9);
+  const int t = c.type(0, "type");
+  const int64_t wOff = c.idx(2, "wOff"), rows = c.idx(3, "rows"), cols = c.idx(4, "cols");
+  const int64_t xOff = c.idx(6, "xOff"), yOff = c.idx(8, "yOff");
+  c.colsFit(t, cols);
+  const uint8_t* w = c.span(1, "weight", wOff, (double)rows * np::rowBytesOf(t, cols), elemAlign(t));
+  const float* x = (const float*)c.span(5, "x", xOff, (double)cols * 4, 4);
+  float* y = (float*)c.span(7, "y", yOff, (double)rows * 4, 4);
+  np::opMatvec(t, w, rows, cols, x, y);
+  return Undef(info);
+}
+
+const int32_t* checkedIdx(Ctx& c, size_t iId, int64_t off, int64_t nIdx, int64_t rows) {
+  const int32_t* idx = (const int32_t*)c.span(iId, "idx", off, (double)nIdx * 4, 4);
+  for (int64_t k = 0; k < nIdx; k++)
+    if (idx[k] < 0 || idx[k] >= rows)
+      c.rangeErr("idx[" + std::to_string(k) + "] = " + std::to_string(idx[k]) + " out of range (rows " +
+                 std::to_string(rows) + ")");
+  return idx;
+}
+
+Napi::Value MatvecRows(const Napi::CallbackInfo& info) {
+  Ctx c{info, "matvecRows", {}};
+  c.argc(12);
+  const int t = c.type(0, "type");
+  const int64_t wOff = c.idx(2, "wOff"), rows = c.idx(3, "rows"), cols = c.idx(4, "cols");
+  const int64_t idxOff = c.idx(6, "idxOff"), nIdx = c.idx(7, "nIdx"), xOff = c.idx(9, "xOff"), yOff = c.idx(11, "yOff");
+  c.colsFit(t, cols);
+  const uint8_t* w = c.span(1, "weight", wOff, (double)rows * np::rowBytesOf(t, cols), elemAlign(t));
+  const int32_t* idx = checkedIdx(c, 5, idxOff, nIdx, rows);
+  const float* x = (const float*)c.span(8, "x", xOff, (double)cols * 4, 4);
+  float* y = (float*)c.span(10, "y", yOff, (double)nIdx * 4, 4);
+  np::opMatvecRows(t, w, cols, idx, nIdx, x, y);
+  return Undef(info);
+}
+
+Napi::Value AxpyRows(const Napi::CallbackInfo& info) {
+  Ctx c{info, "axpyRows", {}};
+  c.argc(12);
+  const int t = c.type(0, "type");
+  const int64_t wOff = c.idx(2, "wOff"), rows = c.idx(3, "rows"), cols = c.idx(4, "cols");
+  const int64_t idxOff = c.idx(6, "idxOff"), nIdx = c.idx(7, "nIdx"), cOff = c.idx(9, "coefOff"),
+                oOff = c.idx(11, "outOff");
+  c.colsFit(t, cols);
+  const uint8_t* w = c.span(1, "weight", wOff, (double)rows * np::rowBytesOf(t, cols), elemAlign(t));
+  const int32_t* idx = checkedIdx(c, 5, idxOff, nIdx, rows);
+  const float* coef = (const float*)c.span(8, "coef", cOff, (double)nIdx * 4, 4);
+  float* out = (float*)c.span(10, "out", oOff, (double)cols * 4, 4);
+  np::opAxpyRows(t, w, cols, idx, nIdx, coef, out);
+  return Undef(info);
+}
+
+Napi::Value Matmul(const Napi::CallbackInfo& info) {
+  Ctx c{info, "matmul", {}};
+  c.argc(10);
+  const int t = c.type(0, "type");
+  const int64_t wOff = c.idx(2, "wOff"), rows = c.idx(3, "rows"), cols = c.idx(4, "cols");
+  const int64_t xOff = c.idx(6, "xOff"), nTok = c.idx(7, "nTok"), yOff = c.idx(9, "yOff");
+  c.colsFit(t, cols);
+  const uint8_t* w = c.span(1, "weight", wOff, (double)rows * np::rowBytesOf(t, cols), elemAlign(t));
+  const float* x = (const float*)c.span(5, "x", xOff, (double)nTok * cols * 4, 4);
+  float* y = (float*)c.span(8, "y", yOff, (double)nTok * rows * 4, 4);
+  np::opMatmul(t, w, rows, cols, x, nTok, y);
+  return Undef(info);
+}
+
+Napi::Value Rmsnorm(const Napi::CallbackInfo& info) {
+  Ctx c{info, "rmsnorm", {}};
+  c.argc(9);
+  const int64_t xOff = c.idx(1, "xOff"), wOff = c.idx(3, "weightOff"), n = c.idx(4, "n"), nTok = c.idx(5, "nTok");
+  const double eps = c.num(6, "eps");
+  const int64_t oOff = c.idx(8, "outOff");
+  if (n < 1) c.rangeErr("n must be >= 1");
+  const float* x = (const float*)c.span(0, "x", xOff, (double)n * nTok * 4, 4);
+  const float* w = (const float*)c.span(2, "weight", wOff, (double)n * 4, 4);
+  float* out = (float*)c.span(7, "out", oOff, (double)n * nTok * 4, 4);
+  np::opRmsnorm(x, w, n, nTok, (float)eps, out);
+  return Undef(info);
+}
+
+Napi::Value Rope(const Napi::CallbackInfo& info) {
+  Ctx c{info, "rope", {}};
+  c.argc(9);
+  const int64_t xOff = c.idx(1, "xOff"), nTok = c.idx(2, "nTok"), nHeads = c.idx(3, "nHeads"),
+                headDim = c.idx(4, "headDim"), ropeDim = c.idx(5, "ropeDim"), pos0 = c.idx(6, "pos0");
+  const double base = c.num(7, "freqBase");
+  const bool neox = c.boolean(8, "neox");
+  if (ropeDim % 2 != 0) c.rangeErr("ropeDim " + std::to_string(ropeDim) + " must be even");
+  if (ropeDim > headDim) c.rangeErr("ropeDim " + std::to_string(ropeDim) + " exceeds headDim " + std::to_string(headDim));
+  if (ropeDim > 1024) c.rangeErr("ropeDim " + std::to_string(ropeDim) + " exceeds 1024");
+  if (!(base > 0)) c.rangeErr("freqBase must be > 0");
+  float* x = (float*)c.span(0, "x", xOff, (double)nTok * nHeads * headDim * 4, 4);
+  if (ropeDim > 0) np::opRope(x, nTok, nHeads, headDim, ropeDim, pos0, (float)base, neox);
+  return Undef(info);
+}
+
+Napi::Value Softmax(const Napi::CallbackInfo& info) {
+  Ctx c{info, "softmax", {}};
+  c.argc(4);
+  const int64_t off = c.idx(1, "xOff"), n = c.idx(2, "n"), nRows = c.idx(3, "nRows");
+  float* x = (float*)c.span(0, "x", off, (double)n * nRows * 4, 4);
+  np::opSoftmax(x, n, nRows);
+  return Undef(info);
+}
+
+Napi::Value GatedAct(const Napi::CallbackInfo& info) {
+  Ctx c{info, "gatedAct", {}};
+  c.argc(8);
+  const int64_t kind = c.idx(0, "kind", 1e9);
+  if (kind > 2) c.rangeErr("kind " + std::to_string(kind) + " is not a gate kind (SwiGLU=0, ReGLU=1, dReLU=2)");
+  const int64_t gOff = c.idx(2, "gateOff"), uOff = c.idx(4, "upOff"), oOff = c.idx(6, "outOff"), n = c.idx(7, "n");
+  const float* g = (const float*)c.span(1, "gate", gOff, (double)n * 4, 4);
+  const float* u = (const float*)c.span(3, "up", uOff, (double)n * 4, 4);
+  float* o = (float*)c.span(5, "out", oOff, (double)n * 4, 4);
+  np::opGated((int)kind, g, u, o, n);
+  return Undef(info);
+}
+
+Napi::Value Add(const Napi::CallbackInfo& info) {
+  Ctx c{info, "add", {}};
+  c.argc(7);
+  const int64_t aOff = c.idx(1, "aOff"), bOff = c.idx(3, "bOff"), oOff = c.idx(5, "outOff"), n = c.idx(6, "n");
+  const float* a = (const float*)c.span(0, "a", aOff, (double)n * 4, 4);
+  const float* b = (const float*)c.span(2, "b", bOff, (double)n * 4, 4);
+  float* o = (float*)c.span(4, "out", oOff, (double)n * 4, 4);
+  np::opAdd(a, b, o, n);
+  return Undef(info);
+}
+
+Napi::Value KvStore(const Napi::CallbackInfo& info) {
+  Ctx c{info, "kvStore", {}};
+  c.argc(9);
+  const int t = c.type(0, "kvType", true);
+  const int64_t cOff = c.idx(2, "cacheOff"), ctx = c.idx(3, "ctx"), rowLen = c.idx(4, "rowLen"), pos0 = c.idx(5, "pos0"),
+                nTok = c.idx(6, "nTok"), sOff = c.idx(8, "srcOff");
+  if (pos0 + nTok > ctx)
+    c.rangeErr("positions " + std::to_string(pos0) + ".." + std::to_string(pos0 + nTok - 1) + " exceed ctx " +
+               std::to_string(ctx));
+  const size_t es = t == np::T_F32 ? 4 : 2;
+  uint8_t* cache = c.span(1, "cache", cOff, (double)ctx * rowLen * es, es);
+  const float* src = (const float*)c.span(7, "src", sOff, (double)nTok * rowLen * 4, 4);
+  np::opKvStore(t, cache, rowLen, pos0, nTok, src);
+  return Undef(info);
+}
+
+Napi::Value Attention(const Napi::CallbackInfo& info) {
+  Ctx c{info, "attention", {}};
+  c.argc(15);
+  const int t = c.type(0, "kvType", true);
+  const int64_t qOff = c.idx(2, "qOff"), kOff = c.idx(4, "kOff"), vOff = c.idx(6, "vOff"), ctx = c.idx(7, "ctx"),
+                nHead = c.idx(8, "nHead"), nHeadKv = c.idx(9, "nHeadKv"), headDim = c.idx(10, "headDim"),
+                pos0 = c.idx(11, "pos0"), nTok = c.idx(12, "nTok"), oOff = c.idx(14, "outOff");
+  if (nHeadKv < 1 || nHead % nHeadKv != 0)
+    c.rangeErr("nHead " + std::to_string(nHead) + " is not a multiple of nHeadKv " + std::to_string(nHeadKv));
+  if (pos0 + nTok > ctx)
+    c.rangeErr("positions " + std::to_string(pos0) + ".." + std::to_string(pos0 + nTok - 1) + " exceed ctx " +
+               std::to_string(ctx));
+  const size_t es = t == np::T_F32 ? 4 : 2;
+  const double qBytes = (double)nTok * nHead * headDim * 4;
+  const float* q = (const float*)c.span(1, "q", qOff, qBytes, 4);
+  const uint8_t* kc = c.span(3, "kCache", kOff, (double)ctx * nHeadKv * headDim * es, es);
+  const uint8_t* vc = c.span(5, "vCache", vOff, (double)ctx * nHeadKv * headDim * es, es);
+  float* out = (float*)c.span(13, "out", oOff, qBytes, 4);
+  np::opAttention(t, q, kc, vc, nHead, nHeadKv, headDim, pos0, nTok, out);
+  return Undef(info);
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  auto def = [&](const char* name, Napi::Value (*f)(const Napi::CallbackInfo&)) {
+    exports.Set(name, Napi::Function::New(env, f, name));
+  };
+  def("cpuFeatures", CpuFeatures);
+  def("bestSimd", BestSimd);
+  def("setSimd", SetSimd);
+  def("getSimd", GetSimd);
+  def("setThreads", SetThreads);
+  def("getThreads", GetThreads);
+  def("buildInfo", BuildInfo);
+  def("poolStats", PoolStats);
+  def("alloc", Alloc);
+  def("mapFile", MapFile);
+  def("free", Free);
+  def("bufferSize", BufferSize);
+  def("viewF32", ViewF32);
+  def("viewI32", ViewI32);
+  def("viewU8", ViewU8);
+  def("copy", Copy);
+  def("rowBytes", RowBytes);
+  def("quantize", Quantize);
+  def("dequantizeRow", DequantizeRow);
+  def("fillUniform", FillUniform);
+  def("matvec", Matvec);
+  def("matvecRows", MatvecRows);
+  def("axpyRows", AxpyRows);
+  def("matmul", Matmul);
+  def("rmsnorm", Rmsnorm);
+  def("rope", Rope);
+  def("softmax", Softmax);
+  def("gatedAct", GatedAct);
+  def("add", Add);
+  def("kvStore", KvStore);
+  def("attention", Attention);
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(neuronpipe, Init)

@@ -1,0 +1,546 @@
+// AVX2 + FMA + F16C kernels (compiled with -mavx2 -mfma -mf16c; only called when the CPU
+// has them). Quantised dots use the classic maddubs/madd scheme, one 32-element block
+// per 256-bit register:
+//   Q4_0: maddubs(unsigned nibbles, signed x) -> madd(1) -> + corr (-8·Σx spread over 8 lanes);
+//   Q8_0: maddubs(|w|, sign(x, w)) -> madd(1)  (|w| <= 127 for ggml-quantised data, so the
+//         int16 pair sums cannot saturate).
+// Tails of F32/F16 rows are handled by a scalar loop that does the same per-element
+// operation (std::fma) as the vector body.
+//
+// Entries that fall back to the scalar code: softmax, SwiGLU (exact expf), dequantRow.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels.h"
+
+namespace np {
+namespace {
+
+inline float hsum256(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+// ---- activation quantisation (bit-identical to the scalar code) -------------------------------
+
+void quantizeQ8(const float* x, int64_t n, int8_t* qs, float* d, int32_t* sum) {
+  const int64_t nb = n / QK;
+  const __m256 signMask = _mm256_set1_ps(-0.0f);
+  const __m256 half = _mm256_set1_ps(0.5f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int64_t i = 0; i < nb; i++) {
+    __m256 v[4];
+    __m256 a = _mm256_setzero_ps();
+    for (int h = 0; h < 4; h++) {
+      v[h] = _mm256_loadu_ps(x + i * QK + 8 * h);
+      a = _mm256_max_ps(a, _mm256_andnot_ps(signMask, v[h]));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float amax = _mm_cvtss_f32(m);
+    const float dd = amax / ((1 << 7) - 1);
+    const float id = dd ? 1.0f / dd : 0.0f;
+    d[i] = fp16ToF32(f32ToFp16(dd));
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q32[4];
+    __m256i s = _mm256_setzero_si256();
+    for (int h = 0; h < 4; h++) {
+      const __m256 p = _mm256_mul_ps(v[h], vid);
+      // roundf exactly: t = trunc(p); t + (|p - t| >= 0.5 ? copysign(1, p) : 0)
+      const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m256 fr = _mm256_andnot_ps(signMask, _mm256_sub_ps(p, t));
+      const __m256 up = _mm256_cmp_ps(fr, half, _CMP_GE_OQ);
+      const __m256 adj = _mm256_and_ps(up, _mm256_or_ps(_mm256_and_ps(p, signMask), one));
+      q32[h] = _mm256_cvttps_epi32(_mm256_add_ps(t, adj));
+      s = _mm256_add_epi32(s, q32[h]);
+    }
+    // pack 32 int32 -> 32 int8 in order
+    const __m256i p01 = _mm256_packs_epi32(q32[0], q32[1]);  // lanes interleaved by 128
+    const __m256i p23 = _mm256_packs_epi32(q32[2], q32[3]);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + i * QK), p);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    sum[i] = _mm_cvtsi128_si32(s4);
+  }
+}
+
+// ---- quantised dots (R rows share activation loads; per-row ops independent of R) ---------
+
+inline __m256i unpackQ4(const BlockQ4_0* blk) {
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+
+// Q4_0: pairs of blocks per register with the pre-permuted activation (Act::qp, see
+// kernels.h): maddubs(low nibbles, x lo) + maddubs(high nibbles, x hi) (int16 sums <= 7620),
+// madd(1) -> lanes 0-3 block 2p, 4-7 block 2p+1, + cvp (-8·Σx per block). Scales of 8 blocks
+// per row: word inserts + one vcvtph2ps, times the 8 activation scales.
+inline __m256i q4PairSum(const BlockQ4_0* blk, __m256i xlo, __m256i xhi, __m256i cv) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i v = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs)), 1);
+  const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v, m4), xlo),
+                                     _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), xhi));
+  return _mm256_add_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), cv);
+}
+
+template <int R>
+inline void dotQ4(const uint8_t* const* rows, int64_t nb, const Act& x, float* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i pidx0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  const __m256i two = _mm256_set1_epi32(2);
+  __m256 acc[R];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    const __m256 dx8 = _mm256_loadu_ps(x.d + b);
+    __m256 sc[R];
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
+      __m128i h = _mm_cvtsi32_si128(blk[0].d);
+      h = _mm_insert_epi16(h, blk[1].d, 1);
+      h = _mm_insert_epi16(h, blk[2].d, 2);
+      h = _mm_insert_epi16(h, blk[3].d, 3);
+      h = _mm_insert_epi16(h, blk[4].d, 4);
+      h = _mm_insert_epi16(h, blk[5].d, 5);
+      h = _mm_insert_epi16(h, blk[6].d, 6);
+      h = _mm_insert_epi16(h, blk[7].d, 7);
+      sc[r] = _mm256_mul_ps(_mm256_cvtph_ps(h), dx8);
+    }
+    __m256i pidx = pidx0;
+    for (int p = 0; p < 4; p++) {
+      const int8_t* xp = x.qp + (b + 2 * p) * QK;
+      const __m256i xlo = _mm256_load_si256(reinterpret_cast<const __m256i*>(xp));
+      const __m256i xhi = _mm256_load_si256(reinterpret_cast<const __m256i*>(xp + 32));
+      const __m256i cv = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.cvp + (b + 2 * p) * 4));
+      #pragma GCC unroll 16
+      for (int r = 0; r < R; r++) {
+        const __m256i s = q4PairSum(reinterpret_cast<const BlockQ4_0*>(rows[r]) + b + 2 * p, xlo, xhi, cv);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_permutevar8x32_ps(sc[r], pidx), acc[r]);
+      }
+      pidx = _mm256_add_epi32(pidx, two);
+    }
+  }
+  for (; b + 2 <= nb; b += 2) {  // remaining pairs: same arithmetic, scalar scales
+    const int8_t* xp = x.qp + b * QK;
+    const __m256i xlo = _mm256_load_si256(reinterpret_cast<const __m256i*>(xp));
+    const __m256i xhi = _mm256_load_si256(reinterpret_cast<const __m256i*>(xp + 32));
+    const __m256i cv = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.cvp + b * 4));
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
+      const __m256i s = q4PairSum(blk, xlo, xhi, cv);
+      const float s0 = f16(blk[0].d) * x.d[b], s1 = f16(blk[1].d) * x.d[b + 1];
+      const __m256 sp = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(s0)), _mm_set1_ps(s1), 1);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sp, acc[r]);
+    }
+  }
+  if (b < nb) {  // odd block count: last block alone, natural activation layout
+    const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + b * QK));
+    const __m256i corr = _mm256_set1_epi32(x.corr4[b]);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(unpackQ4(blk), xq), ones);
+      const __m256 s = _mm256_cvtepi32_ps(_mm256_add_epi32(p, corr));
+      acc[r] = _mm256_fmadd_ps(s, _mm256_set1_ps(f16(blk->d) * x.d[b]), acc[r]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) out[r] = hsum256(acc[r]);
+}
+
+inline __m256i dotQ8Block(const BlockQ8_0* blk, __m256i xq) {
+  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+template <int R>
+inline void dotQ8(const uint8_t* const* rows, int64_t nb, const Act& x, float* out) {
+  __m256 acc[R];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + b * QK));
+    const float dx = x.d[b];
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
+      const __m256 s = _mm256_cvtepi32_ps(dotQ8Block(blk, xq));
+      acc[r] = _mm256_fmadd_ps(s, _mm256_set1_ps(f16(blk->d) * dx), acc[r]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) out[r] = hsum256(acc[r]);
+}
+
+template <bool F16>
+inline __m256 loadW(const uint8_t* row, int64_t j) {
+  if (F16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * j)));
+  return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + j);
+}
+template <bool F16>
+inline float loadW1(const uint8_t* row, int64_t j) {
+  if (F16) return f16(reinterpret_cast<const uint16_t*>(row)[j]);
+  return reinterpret_cast<const float*>(row)[j];
+}
+
+template <bool F16, int R>
+inline void dotF(const uint8_t* const* rows, int64_t cols, const float* x, float* out) {
+  __m256 acc[R];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= cols; j += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + j);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(loadW<F16>(rows[r], j), xv, acc[r]);
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) {
+    float s = hsum256(acc[r]);
+    for (int64_t c = j; c < cols; c++) s = std::fma(loadW1<F16>(rows[r], c), x[c], s);
+    out[r] = s;
+  }
+}
+
+template <int R>
+inline void dotGroup(int type, const uint8_t* const* rows, int64_t cols, const Act& x, float* out) {
+  switch (type) {
+    case T_Q4_0: dotQ4<R>(rows, cols / QK, x, out); break;
+    case T_Q8_0: dotQ8<R>(rows, cols / QK, x, out); break;
+    case T_F16: dotF<true, R>(rows, cols, x.f, out); break;
+    default: dotF<false, R>(rows, cols, x.f, out); break;
+  }
+}
+
+void dotRows(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t k0, int64_t k1, int64_t cols,
+             const Act& x, float* y) {
+  const uint8_t* rows[4];
+  int64_t k = k0;
+  for (; k + 4 <= k1; k += 4) {
+    for (int r = 0; r < 4; r++) rows[r] = W + (size_t)(idx ? idx[k + r] : k + r) * rowBytes;
+    dotGroup<4>(type, rows, cols, x, y + (k - k0));
+  }
+  for (; k < k1; k++) {
+    rows[0] = W + (size_t)(idx ? idx[k] : k) * rowBytes;
+    dotGroup<1>(type, rows, cols, x, y + (k - k0));
+  }
+}
+
+// ---- matmul tiles: per element exactly the dotRows operations ---------------------------------
+
+template <int RT, int TT>
+inline void tileQ(int type, const uint8_t* const* rows, int64_t nb, const Act* xs, float* const* outs) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[RT][TT];
+  #pragma GCC unroll 16
+  for (int r = 0; r < RT; r++)
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    __m256i w[RT], sw[RT];
+    float dw[RT];
+    #pragma GCC unroll 16
+    for (int r = 0; r < RT; r++) {
+      if (type == T_Q4_0) {
+        const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
+        w[r] = unpackQ4(blk);
+        sw[r] = w[r];
+        dw[r] = f16(blk->d);
+      } else {
+        const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
+        sw[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+        w[r] = _mm256_sign_epi8(sw[r], sw[r]);
+        dw[r] = f16(blk->d);
+      }
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) {
+      const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(xs[t].qs + b * QK));
+      const float dx = xs[t].d[b];
+      if (type == T_Q4_0) {
+        const __m256i corr = _mm256_set1_epi32(xs[t].corr4[b]);
+        #pragma GCC unroll 16
+        for (int r = 0; r < RT; r++) {
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[r], xq), ones);
+          const __m256 s = _mm256_cvtepi32_ps(_mm256_add_epi32(p, corr));
+          acc[r][t] = _mm256_fmadd_ps(s, _mm256_set1_ps(dw[r] * dx), acc[r][t]);
+        }
+      } else {
+        #pragma GCC unroll 16
+        for (int r = 0; r < RT; r++) {
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w[r], _mm256_sign_epi8(xq, sw[r])), ones);
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[r] * dx), acc[r][t]);
+        }
+      }
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < RT; r++)
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) outs[t][r] = hsum256(acc[r][t]);
+}
+
+template <bool F16, int RT, int TT>
+inline void tileF(const uint8_t* const* rows, int64_t cols, const Act* xs, float* const* outs) {
+  __m256 acc[RT][TT];
+  #pragma GCC unroll 16
+  for (int r = 0; r < RT; r++)
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= cols; j += 8) {
+    __m256 w[RT];
+    #pragma GCC unroll 16
+    for (int r = 0; r < RT; r++) w[r] = loadW<F16>(rows[r], j);
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) {
+      const __m256 xv = _mm256_loadu_ps(xs[t].f + j);
+      #pragma GCC unroll 16
+      for (int r = 0; r < RT; r++) acc[r][t] = _mm256_fmadd_ps(w[r], xv, acc[r][t]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < RT; r++)
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) {
+      float s = hsum256(acc[r][t]);
+      for (int64_t c = j; c < cols; c++) s = std::fma(loadW1<F16>(rows[r], c), xs[t].f[c], s);
+      outs[t][r] = s;
+    }
+}
+
+template <int RT, int TT>
+inline void tile(int type, const uint8_t* const* rows, int64_t cols, const Act* xs, float* const* outs) {
+  switch (type) {
+    case T_Q4_0:
+    case T_Q8_0: tileQ<RT, TT>(type, rows, cols / QK, xs, outs); break;
+    case T_F16: tileF<true, RT, TT>(rows, cols, xs, outs); break;
+    default: tileF<false, RT, TT>(rows, cols, xs, outs); break;
+  }
+}
+
+template <int RT>
+inline void tileRowGroup(int type, const uint8_t* const* rows, int64_t cols, const Act* xs, int64_t t, int64_t t1,
+                         float* Y, int64_t ldy, int64_t r) {
+  constexpr int TT = 3;  // 4x3 accumulators + 4 weights fit the 16 ymm registers
+  float* outs[TT];
+  for (; t + TT <= t1; t += TT) {
+    for (int i = 0; i < TT; i++) outs[i] = Y + (t + i) * ldy + r;
+    tile<RT, TT>(type, rows, cols, xs + t, outs);
+  }
+  for (; t < t1; t++) {
+    outs[0] = Y + t * ldy + r;
+    tile<RT, 1>(type, rows, cols, xs + t, outs);
+  }
+}
+
+void matmul(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int64_t r1, int64_t cols, const Act* xs,
+            int64_t t0, int64_t t1, float* Y, int64_t ldy) {
+  constexpr int64_t kTokBlock = 15;
+  for (int64_t tb = t0; tb < t1; tb += kTokBlock) {
+    const int64_t te = std::min(t1, tb + kTokBlock);
+    int64_t r = r0;
+    const uint8_t* rows[4];
+    for (; r + 4 <= r1; r += 4) {
+      for (int i = 0; i < 4; i++) rows[i] = W + (size_t)(r + i) * rowBytes;
+      tileRowGroup<4>(type, rows, cols, xs, tb, te, Y, ldy, r);
+    }
+    for (; r < r1; r++) {
+      rows[0] = W + (size_t)r * rowBytes;
+      tileRowGroup<1>(type, rows, cols, xs, tb, te, Y, ldy, r);
+    }
+  }
+}
+
+// ---- axpyRows ------------------------------------------------------------------------------
+
+inline void dequantQ4(const BlockQ4_0* blk, __m256 out[4]) {
+  const __m256 d = _mm256_set1_ps(f16(blk->d));
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+  const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+  const __m256i eight = _mm256_set1_epi32(8);
+  out[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(lo), eight)), d);
+  out[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), eight)), d);
+  out[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(hi), eight)), d);
+  out[3] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), eight)), d);
+}
+inline void dequantQ8(const BlockQ8_0* blk, __m256 out[4]) {
+  const __m256 d = _mm256_set1_ps(f16(blk->d));
+  for (int h = 0; h < 4; h++) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk->qs + 8 * h));
+    out[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+  }
+}
+
+void axpyRows(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t nIdx, const float* coef,
+              int64_t c0, int64_t c1, float* out) {
+  constexpr int64_t kTile = 96;  // 12 accumulators
+  for (int64_t cs = c0; cs < c1; cs += kTile) {
+    const int64_t ce = std::min(c1, cs + kTile);
+    const int64_t nFull = (ce - cs) / 8;  // whole 8-float vectors; rest scalar (std::fma)
+    __m256 acc[kTile / 8];
+    for (int v = 0; v < nFull; v++) acc[v] = _mm256_loadu_ps(out + cs + 8 * v);
+    for (int64_t k = 0; k < nIdx; k++) {
+      const __m256 a = _mm256_set1_ps(coef[k]);
+      const uint8_t* row = W + (size_t)idx[k] * rowBytes;
+      if (type == T_Q4_0 || type == T_Q8_0) {
+        // cs is block aligned and kTile is a multiple of 32, so whole blocks only.
+        for (int v = 0; v < nFull; v += 4) {
+          __m256 w[4];
+          if (type == T_Q4_0)
+            dequantQ4(reinterpret_cast<const BlockQ4_0*>(row) + (cs / QK + v / 4), w);
+          else
+            dequantQ8(reinterpret_cast<const BlockQ8_0*>(row) + (cs / QK + v / 4), w);
+          for (int h = 0; h < 4; h++) acc[v + h] = _mm256_fmadd_ps(a, w[h], acc[v + h]);
+        }
+      } else if (type == T_F16) {
+        for (int v = 0; v < nFull; v++) acc[v] = _mm256_fmadd_ps(a, loadW<true>(row, cs + 8 * v), acc[v]);
+        for (int64_t c = cs + 8 * nFull; c < ce; c++) out[c] = std::fma(coef[k], loadW1<true>(row, c), out[c]);
+      } else {
+        for (int v = 0; v < nFull; v++) acc[v] = _mm256_fmadd_ps(a, loadW<false>(row, cs + 8 * v), acc[v]);
+        for (int64_t c = cs + 8 * nFull; c < ce; c++) out[c] = std::fma(coef[k], loadW1<false>(row, c), out[c]);
+      }
+    }
+    for (int v = 0; v < nFull; v++) _mm256_storeu_ps(out + cs + 8 * v, acc[v]);
+  }
+}
+
+// ---- small vector ops ----------------------------------------------------------------------
+
+void f32ToF16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+void f16ToF32(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+  for (; i < n; i++) y[i] = f16(x[i]);
+}
+float dotF32(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float s = hsum256(acc);
+  for (; i < n; i++) s = std::fma(a[i], b[i], s);
+  return s;
+}
+float dotF16(const float* a, const uint16_t* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i))),
+                          acc);
+  float s = hsum256(acc);
+  for (; i < n; i++) s = std::fma(a[i], f16(b[i]), s);
+  return s;
+}
+void axpyF32(float a, const float* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] = std::fma(a, x[i], y[i]);
+}
+void axpyF16(float a, const uint16_t* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))),
+                                            _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] = std::fma(a, f16(x[i]), y[i]);
+}
+
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 sq = _mm256_mul_ps(v, v);
+    acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+    acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+  }
+  const __m256d a = _mm256_add_pd(acc0, acc1);
+  const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+  double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+  for (; i < n; i++) sum += (double)(x[i] * x[i]);
+  const float mean = (float)(sum / (double)n);
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  const __m256 sv = _mm256_set1_ps(scale);
+  for (i = 0; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv), _mm256_loadu_ps(w + i)));
+  for (; i < n; i++) out[i] = (x[i] * scale) * w[i];
+}
+
+void gated(int kind, const float* g, const float* u, float* out, int64_t n) {
+  if (kind == 0) {  // SwiGLU: exact expf per element, as the scalar path
+    kScalar.gated(kind, g, u, out, n);
+    return;
+  }
+  const __m256 z = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gv = _mm256_max_ps(_mm256_loadu_ps(g + i), z);
+    __m256 uv = _mm256_loadu_ps(u + i);
+    if (kind == 2) uv = _mm256_max_ps(uv, z);
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(gv, uv));
+  }
+  for (; i < n; i++) {
+    const float gv = g[i] > 0.0f ? g[i] : 0.0f;
+    const float uv = kind == 2 ? (u[i] > 0.0f ? u[i] : 0.0f) : u[i];
+    out[i] = gv * uv;
+  }
+}
+
+void add(const float* a, const float* b, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  for (; i < n; i++) out[i] = a[i] + b[i];
+}
+
+}  // namespace
+
+const Kernels& kernelsAvx2() {
+  static const Kernels k = [] {
+    Kernels t = kScalar;
+    t.name = "avx2";
+    t.quantizeQ8 = quantizeQ8;
+    t.dotRows = dotRows;
+    t.matmul = matmul;
+    t.axpyRows = axpyRows;
+    t.f32ToF16 = f32ToF16;
+    t.f16ToF32 = f16ToF32;
+    t.dotF32 = dotF32;
+    t.dotF16 = dotF16;
+    t.axpyF32 = axpyF32;
+    t.axpyF16 = axpyF16;
+    t.rmsnorm = rmsnorm;
+    t.gated = gated;
+    t.add = add;
+    // softmax, dequantRow: scalar (exp-bound / not hot).
+    return t;
+  }();
+  return k;
+}
+
+}  // namespace np

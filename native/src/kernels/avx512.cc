@@ -1,0 +1,669 @@
+// AVX-512 kernels (F, BW, VL, VNNI; compiled with -mavx512f -mavx512bw -mavx512vl
+// -mavx512vnni -mavx2 -mfma -mf16c; only called when the CPU has all of them).
+//
+// Zen 4 executes 512-bit ops as two 256-bit halves, so the quantised dot products work on
+// one 32-element block per 256-bit register with VNNI (vpdpbusd on ymm, AVX512VL):
+//   Q4_0: unsigned nibbles (0..15) x signed Q8 activation, minus 8·Σx folded into the
+//         accumulator's initial value (corr4 = -Σx broadcast to 8 lanes = -8·Σx in total);
+//   Q8_0: (w ^ 0x80) = w + 128 unsigned x signed activation, minus 128·Σx (corr8 = -16·Σx per lane).
+// F16/F32 use 512-bit FMAs with masked tails.
+//
+// Entries that fall back to the scalar code (not worth vectorising or exp-bound):
+//   softmax, SwiGLU (exact expf per element), dequantRow.
+// GCC 12's AVX-512 headers trigger false -W(maybe-)uninitialized warnings (_mm512_undefined_*).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels.h"
+
+namespace np {
+namespace {
+
+inline __mmask16 tailMask16(int64_t n) { return (__mmask16)((1u << n) - 1u); }
+
+// ---- activation quantisation (bit-identical to the scalar code) ------------------------------
+
+void quantizeQ8(const float* x, int64_t n, int8_t* qs, float* d, int32_t* sum) {
+  const int64_t nb = n / QK;
+  const __m512 signMask = _mm512_set1_ps(-0.0f);
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < nb; i++) {
+    const __m512 v0 = _mm512_loadu_ps(x + i * QK), v1 = _mm512_loadu_ps(x + i * QK + 16);
+    const __m512 a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
+    const float amax = _mm512_reduce_max_ps(a);  // max is exact in any order
+    const float dd = amax / ((1 << 7) - 1);
+    const float id = dd ? 1.0f / dd : 0.0f;
+    d[i] = fp16ToF32(f32ToFp16(dd));
+    const __m512 vid = _mm512_set1_ps(id);
+    __m512i s = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+      const __m512 v = _mm512_mul_ps(h ? v1 : v0, vid);
+      // roundf (half away from zero) exactly: t = trunc(v); t + copysign(|v - t| >= 0.5, v)
+      const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m512 fr = _mm512_abs_ps(_mm512_sub_ps(v, t));
+      const __mmask16 up = _mm512_cmp_ps_mask(fr, half, _CMP_GE_OQ);
+      const __m512 adj = _mm512_castsi512_ps(_mm512_or_si512(
+          _mm512_and_si512(_mm512_castps_si512(v), _mm512_castps_si512(signMask)), _mm512_castps_si512(one)));  // ±1
+      const __m512 r = _mm512_mask_add_ps(t, up, t, adj);
+      const __m512i q = _mm512_cvttps_epi32(r);
+      s = _mm512_add_epi32(s, q);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + i * QK + 16 * h), _mm512_cvtepi32_epi8(q));
+    }
+    sum[i] = _mm512_reduce_add_epi32(s);
+  }
+}
+
+inline float hsum256(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// ---- quantised dots: R rows at a time share the activation loads. Every row does the
+// exact same operation sequence whatever R is, so results do not depend on grouping. --------
+
+// `next` (R pointers): the rows of the following group, prefetched block by block at the
+// pace this group is consumed (hardware prefetchers lose track of many short row streams).
+#define NP_PREFETCH(p) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1)
+
+// Q4_0: pairs of blocks on 256 bits. [qs0|qs1] -> low nibbles [x0 0..15 | x1 0..15] and high
+// nibbles [x0 16..31 | x1 16..31]; the activation is pre-permuted to match (Act::qp), so
+// two vpdpbusd give lanes 0-3 = block 0 and 4-7 = block 1. Weight scales of 8 blocks come in
+// with 8 word inserts and one vcvtph2ps (a gather is slower on Zen 4).
+template <int R>
+inline void dotQ4(const uint8_t* const* rows, const uint8_t* const* next, int64_t nb, const Act& x, float* out) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i pidx0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+  const __m256i two = _mm256_set1_epi32(2);
+  __m256 acc[R];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      const uint8_t* pf = next[r] + b * sizeof(BlockQ4_0);
+      NP_PREFETCH(pf);
+      NP_PREFETCH(pf + 64);
+      NP_PREFETCH(pf + 128);
+    }
+    const __m256 dx8 = _mm256_loadu_ps(x.d + b);
+    __m256 sc[R];
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
+      __m128i h = _mm_cvtsi32_si128(blk[0].d);
+      h = _mm_insert_epi16(h, blk[1].d, 1);
+      h = _mm_insert_epi16(h, blk[2].d, 2);
+      h = _mm_insert_epi16(h, blk[3].d, 3);
+      h = _mm_insert_epi16(h, blk[4].d, 4);
+      h = _mm_insert_epi16(h, blk[5].d, 5);
+      h = _mm_insert_epi16(h, blk[6].d, 6);
+      h = _mm_insert_epi16(h, blk[7].d, 7);
+      sc[r] = _mm256_mul_ps(_mm256_cvtph_ps(h), dx8);
+    }
+    __m256i pidx = pidx0;
+    for (int p = 0; p < 4; p++) {
+      const int8_t* xp = x.qp + (b + 2 * p) * QK;
+      const __m256i xlo = _mm256_load_si256(reinterpret_cast<const __m256i*>(xp));
+      const __m256i xhi = _mm256_load_si256(reinterpret_cast<const __m256i*>(xp + 32));
+      const __m256i cv = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.cvp + (b + 2 * p) * 4));
+      #pragma GCC unroll 16
+      for (int r = 0; r < R; r++) {
+        const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b + 2 * p;
+        const __m256i v = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs)), 1);
+        __m256i s = _mm256_dpbusd_epi32(cv, _mm256_and_si256(v, m4), xlo);
+        s = _mm256_dpbusd_epi32(s, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), xhi);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_permutevar8x32_ps(sc[r], pidx), acc[r]);
+      }
+      pidx = _mm256_add_epi32(pidx, two);
+    }
+  }
+  for (; b + 2 <= nb; b += 2) {  // remaining pairs: same arithmetic, scalar scales
+    const int8_t* xp = x.qp + b * QK;
+    const __m256i xlo = _mm256_load_si256(reinterpret_cast<const __m256i*>(xp));
+    const __m256i xhi = _mm256_load_si256(reinterpret_cast<const __m256i*>(xp + 32));
+    const __m256i cv = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.cvp + b * 4));
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
+      const __m256i v = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs)), 1);
+      __m256i s = _mm256_dpbusd_epi32(cv, _mm256_and_si256(v, m4), xlo);
+      s = _mm256_dpbusd_epi32(s, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), xhi);
+      const float s0 = _cvtsh_ss(blk[0].d) * x.d[b], s1 = _cvtsh_ss(blk[1].d) * x.d[b + 1];
+      const __m256 sp = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(s0)), _mm_set1_ps(s1), 1);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), sp, acc[r]);
+    }
+  }
+  if (b < nb) {  // odd block count: last block alone, natural activation layout
+    const __m256i shifts = _mm256_setr_epi64x(0, 0, 4, 4);
+    const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + b * QK));
+    const __m256i corr = _mm256_set1_epi32(x.corr4[b]);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(rows[r]) + b;
+      __m256i w = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs)));
+      w = _mm256_and_si256(_mm256_srlv_epi64(w, shifts), m4);
+      const __m256i s = _mm256_dpbusd_epi32(corr, w, xq);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(_cvtsh_ss(blk->d) * x.d[b]), acc[r]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) out[r] = hsum256(acc[r]);
+}
+
+template <int R>
+inline void dotQ8(const uint8_t* const* rows, const uint8_t* const* next, int64_t nb, const Act& x, float* out) {
+  const __m256i flip = _mm256_set1_epi8((char)0x80);
+  const __m512i flip2 = _mm512_set1_epi8((char)0x80);
+  __m512 acc[R];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      NP_PREFETCH(next[r] + b * sizeof(BlockQ8_0));
+      NP_PREFETCH(next[r] + b * sizeof(BlockQ8_0) + 64);
+    }
+    const __m512i xq = _mm512_load_si512(x.qs + b * QK);
+    const __m512i cv = _mm512_load_si512(x.corrv + b * 8);
+    const __m512 dv = _mm512_load_ps(x.dv + b * 8);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
+      __m512i w = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
+      w = _mm512_xor_si512(w, flip2);
+      const __m512i s = _mm512_dpbusd_epi32(cv, w, xq);
+      const __m256i dh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)blk[0].d)),
+                                                 _mm_set1_epi16((short)blk[1].d), 1);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_cvtph_ps(dh), dv), acc[r]);
+    }
+  }
+  __m256 tail[R];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) tail[r] = _mm256_setzero_ps();
+  if (b < nb) {  // odd block count: last block on 256 bits
+    const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + b * QK));
+    const __m256i corr = _mm256_set1_epi32(x.corr8[b]);
+    const __m256 dx = _mm256_set1_ps(x.d[b]);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
+      const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)), flip);
+      const __m256i s = _mm256_dpbusd_epi32(corr, w, xq);
+      const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16((short)blk->d));
+      tail[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx));
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + hsum256(tail[r]);
+}
+
+template <bool F16>
+inline __m512 loadW(const uint8_t* row, int64_t j) {
+  if (F16) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
+  return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + j);
+}
+template <bool F16>
+inline __m512 loadWMask(const uint8_t* row, int64_t j, __mmask16 m) {
+  if (F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * j));
+  return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + j);
+}
+
+template <bool F16, int R>
+inline void dotF(const uint8_t* const* rows, const uint8_t* const* next, int64_t cols, const float* x, float* out) {
+  __m512 acc[R];
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16) {
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) NP_PREFETCH(next[r] + j * (F16 ? 2 : 4));
+    const __m512 xv = _mm512_loadu_ps(x + j);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(loadW<F16>(rows[r], j), xv, acc[r]);
+  }
+  if (j < cols) {
+    const __mmask16 m = tailMask16(cols - j);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + j);
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(loadWMask<F16>(rows[r], j, m), xv, acc[r]);
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int R>
+inline void dotGroup(int type, const uint8_t* const* rows, const uint8_t* const* next, int64_t cols, const Act& x,
+                     float* out) {
+  switch (type) {
+    case T_Q4_0: dotQ4<R>(rows, next, cols / QK, x, out); break;
+    case T_Q8_0: dotQ8<R>(rows, next, cols / QK, x, out); break;
+    case T_F16: dotF<true, R>(rows, next, cols, x.f, out); break;
+    default: dotF<false, R>(rows, next, cols, x.f, out); break;
+  }
+}
+
+void dotRows(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t k0, int64_t k1, int64_t cols,
+             const Act& x, float* y) {
+  auto rowAt = [&](int64_t k) { return W + (size_t)(idx ? idx[std::min(k, k1 - 1)] : std::min(k, k1 - 1)) * rowBytes; };
+  const uint8_t* rows[4];
+  const uint8_t* next[4];
+  int64_t k = k0;
+  for (; k + 4 <= k1; k += 4) {
+    for (int r = 0; r < 4; r++) {
+      rows[r] = rowAt(k + r);
+      next[r] = rowAt(k + 4 + r);
+    }
+    dotGroup<4>(type, rows, next, cols, x, y + (k - k0));
+  }
+  for (; k < k1; k++) {
+    rows[0] = rowAt(k);
+    next[0] = rowAt(k + 1);
+    dotGroup<1>(type, rows, next, cols, x, y + (k - k0));
+  }
+}
+
+// ---- matmul: RT rows x TT tokens tiles; per element the same operations as dotRows -------
+
+// Per (row, token, block): dpbusd, cvt, scale = d_w(r) * d_x(t) (broadcast vectors), fma.
+// (Precomputing the 16 scale products of a 4x4 tile into memory was slower on Zen 4:
+// the 4-byte broadcast loads cannot forward from the 64-byte store.)
+template <int RT, int TT>
+inline void tileQ4(const uint8_t* const* rows, int64_t nb, const Act* xs, float* const* outs) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i shifts = _mm256_setr_epi64x(0, 0, 4, 4);
+  const BlockQ4_0* wr[RT];
+  #pragma GCC unroll 16
+  for (int r = 0; r < RT; r++) wr[r] = reinterpret_cast<const BlockQ4_0*>(rows[r]);
+  const int8_t* xq[TT];
+  const int32_t* cr[TT];
+  #pragma GCC unroll 16
+  for (int t = 0; t < TT; t++) {
+    xq[t] = xs[t].qs;
+    cr[t] = xs[t].corr4;
+  }
+  __m256 acc[RT * TT];
+#pragma GCC unroll 16
+  for (int i = 0; i < RT * TT; i++) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    __m256i w[RT];
+#pragma GCC unroll 4
+    for (int r = 0; r < RT; r++) {
+      const BlockQ4_0* blk = wr[r] + b;
+      __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs)));
+      w[r] = _mm256_and_si256(_mm256_srlv_epi64(v, shifts), m4);
+    }
+    __m256 dw[RT];
+#pragma GCC unroll 4
+    for (int r = 0; r < RT; r++) dw[r] = _mm256_cvtph_ps(_mm_set1_epi16((short)wr[r][b].d));
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) {
+      const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq[t] + b * QK));
+      const __m256i corr = _mm256_set1_epi32(cr[t][b]);
+      const __m256 dx = _mm256_set1_ps(xs[t].d[b]);
+#pragma GCC unroll 4
+      for (int r = 0; r < RT; r++) {
+        const __m256i s = _mm256_dpbusd_epi32(corr, w[r], xv);
+        acc[r * TT + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw[r], dx), acc[r * TT + t]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < RT * TT; i++) outs[i % TT][i / TT] = hsum256(acc[i]);
+}
+
+template <int RT, int TT>
+inline void tileQ8(const uint8_t* const* rows, int64_t nb, const Act* xs, float* const* outs) {
+  const __m256i flip = _mm256_set1_epi8((char)0x80);
+  const BlockQ8_0* wr[RT];
+  #pragma GCC unroll 16
+  for (int r = 0; r < RT; r++) wr[r] = reinterpret_cast<const BlockQ8_0*>(rows[r]);
+  const int8_t* xq[TT];
+  const int32_t* cr[TT];
+  #pragma GCC unroll 16
+  for (int t = 0; t < TT; t++) {
+    xq[t] = xs[t].qs;
+    cr[t] = xs[t].corr8;
+  }
+  __m256 acc[RT * TT];
+#pragma GCC unroll 16
+  for (int i = 0; i < RT * TT; i++) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    __m256i w[RT];
+#pragma GCC unroll 4
+    for (int r = 0; r < RT; r++) {
+      const BlockQ8_0* blk = wr[r] + b;
+      w[r] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)), flip);
+    }
+    __m256 dw[RT];
+#pragma GCC unroll 4
+    for (int r = 0; r < RT; r++) dw[r] = _mm256_cvtph_ps(_mm_set1_epi16((short)wr[r][b].d));
+#pragma GCC unroll 4
+    for (int t = 0; t < TT; t++) {
+      const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq[t] + b * QK));
+      const __m256i corr = _mm256_set1_epi32(cr[t][b]);
+      const __m256 dx = _mm256_set1_ps(xs[t].d[b]);
+#pragma GCC unroll 4
+      for (int r = 0; r < RT; r++) {
+        const __m256i s = _mm256_dpbusd_epi32(corr, w[r], xv);
+        acc[r * TT + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw[r], dx), acc[r * TT + t]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < RT * TT; i++) outs[i % TT][i / TT] = hsum256(acc[i]);
+}
+
+template <bool F16, int RT, int TT>
+inline void tileF(const uint8_t* const* rows, int64_t cols, const Act* xs, float* const* outs) {
+  __m512 acc[RT][TT];
+  #pragma GCC unroll 16
+  for (int r = 0; r < RT; r++)
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16) {
+    __m512 w[RT];
+    #pragma GCC unroll 16
+    for (int r = 0; r < RT; r++) w[r] = loadW<F16>(rows[r], j);
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) {
+      const __m512 xv = _mm512_loadu_ps(xs[t].f + j);
+      #pragma GCC unroll 16
+      for (int r = 0; r < RT; r++) acc[r][t] = _mm512_fmadd_ps(w[r], xv, acc[r][t]);
+    }
+  }
+  if (j < cols) {
+    const __mmask16 m = tailMask16(cols - j);
+    __m512 w[RT];
+    #pragma GCC unroll 16
+    for (int r = 0; r < RT; r++) w[r] = loadWMask<F16>(rows[r], j, m);
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, xs[t].f + j);
+      #pragma GCC unroll 16
+      for (int r = 0; r < RT; r++) acc[r][t] = _mm512_fmadd_ps(w[r], xv, acc[r][t]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < RT; r++)
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) outs[t][r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <int RT, int TT>
+inline void tile(int type, const uint8_t* const* rows, int64_t cols, const Act* xs, float* const* outs) {
+  switch (type) {
+    case T_Q4_0: tileQ4<RT, TT>(rows, cols / QK, xs, outs); break;
+    case T_Q8_0: tileQ8<RT, TT>(rows, cols / QK, xs, outs); break;
+    case T_F16: tileF<true, RT, TT>(rows, cols, xs, outs); break;
+    default: tileF<false, RT, TT>(rows, cols, xs, outs); break;
+  }
+}
+
+template <int RT>
+inline void tileRowGroup(int type, const uint8_t* const* rows, int64_t cols, const Act* xs, int64_t t, int64_t t1,
+                         float* Y, int64_t ldy, int64_t r) {
+  constexpr int TT = 4;
+  float* outs[TT];
+  for (; t + TT <= t1; t += TT) {
+    for (int i = 0; i < TT; i++) outs[i] = Y + (t + i) * ldy + r;
+    tile<RT, TT>(type, rows, cols, xs + t, outs);
+  }
+  for (; t < t1; t++) {
+    outs[0] = Y + t * ldy + r;
+    tile<RT, 1>(type, rows, cols, xs + t, outs);
+  }
+}
+
+void matmul(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int64_t r1, int64_t cols, const Act* xs,
+            int64_t t0, int64_t t1, float* Y, int64_t ldy) {
+  // Token blocks outer so the (small) weight chunk stays in cache while activations stream.
+  constexpr int64_t kTokBlock = 16;
+  for (int64_t tb = t0; tb < t1; tb += kTokBlock) {
+    const int64_t te = std::min(t1, tb + kTokBlock);
+    int64_t r = r0;
+    const uint8_t* rows[4];
+    for (; r + 4 <= r1; r += 4) {
+      for (int i = 0; i < 4; i++) rows[i] = W + (size_t)(r + i) * rowBytes;
+      tileRowGroup<4>(type, rows, cols, xs, tb, te, Y, ldy, r);
+    }
+    for (; r < r1; r++) {
+      rows[0] = W + (size_t)r * rowBytes;
+      tileRowGroup<1>(type, rows, cols, xs, tb, te, Y, ldy, r);
+    }
+  }
+}
+
+// ---- axpyRows: out[c] = fma(coef_k, w_kc, out[c]) for k ascending -------------------------
+
+inline __m512 dequantQ4Half(const BlockQ4_0* blk, int hi, __m512 d) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+  const __m128i n = hi ? _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F)) : _mm_and_si128(q, _mm_set1_epi8(0x0F));
+  const __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(n), _mm512_set1_epi32(8));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(v), d);
+}
+inline __m512 dequantQ8Half(const BlockQ8_0* blk, int hi, __m512 d) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs + 16 * hi));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+}
+
+void axpyRows(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t nIdx, const float* coef,
+              int64_t c0, int64_t c1, float* out) {
+  // Column tiles of 256 floats stay in registers while k runs over all rows.
+  constexpr int64_t kTile = 256;
+  for (int64_t cs = c0; cs < c1; cs += kTile) {
+    const int64_t ce = std::min(c1, cs + kTile);
+    const int64_t n = ce - cs;
+    const int nv = (int)((n + 15) / 16);
+    __m512 acc[kTile / 16];
+    for (int v = 0; v < nv; v++) {
+      const int64_t m = std::min<int64_t>(16, n - 16 * v);
+      acc[v] = _mm512_maskz_loadu_ps(tailMask16(m), out + cs + 16 * v);
+    }
+    for (int64_t k = 0; k < nIdx; k++) {
+      const __m512 a = _mm512_set1_ps(coef[k]);
+      const uint8_t* row = W + (size_t)idx[k] * rowBytes;
+      switch (type) {
+        case T_Q4_0: {
+          const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(row) + cs / QK;
+          for (int v = 0; v < nv; v++) {
+            const BlockQ4_0* blk = b + v / 2;
+            const __m512 d = _mm512_set1_ps(fp16ToF32(blk->d));
+            acc[v] = _mm512_fmadd_ps(a, dequantQ4Half(blk, v & 1, d), acc[v]);
+          }
+          break;
+        }
+        case T_Q8_0: {
+          const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + cs / QK;
+          for (int v = 0; v < nv; v++) {
+            const BlockQ8_0* blk = b + v / 2;
+            const __m512 d = _mm512_set1_ps(fp16ToF32(blk->d));
+            acc[v] = _mm512_fmadd_ps(a, dequantQ8Half(blk, v & 1, d), acc[v]);
+          }
+          break;
+        }
+        case T_F16: {
+          for (int v = 0; v < nv; v++) {
+            const int64_t m = std::min<int64_t>(16, n - 16 * v);
+            const __m512 w = m == 16 ? loadW<true>(row, cs + 16 * v) : loadWMask<true>(row, cs + 16 * v, tailMask16(m));
+            acc[v] = _mm512_fmadd_ps(a, w, acc[v]);
+          }
+          break;
+        }
+        default: {
+          for (int v = 0; v < nv; v++) {
+            const int64_t m = std::min<int64_t>(16, n - 16 * v);
+            const __m512 w =
+                m == 16 ? loadW<false>(row, cs + 16 * v) : loadWMask<false>(row, cs + 16 * v, tailMask16(m));
+            acc[v] = _mm512_fmadd_ps(a, w, acc[v]);
+          }
+          break;
+        }
+      }
+    }
+    for (int v = 0; v < nv; v++) {
+      const int64_t m = std::min<int64_t>(16, n - 16 * v);
+      _mm512_mask_storeu_ps(out + cs + 16 * v, tailMask16(m), acc[v]);
+    }
+  }
+}
+
+// ---- small vector ops ----------------------------------------------------------------------
+
+void f32ToF16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  if (i < n) {
+    const __mmask16 m = tailMask16(n - i);
+    _mm256_mask_storeu_epi16(y + i, m,
+                             _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+}
+void f16ToF32(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
+  if (i < n) {
+    const __mmask16 m = tailMask16(n - i);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i)));
+  }
+}
+float dotF32(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  if (i < n) {
+    const __mmask16 m = tailMask16(n - i);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+float dotF16(const float* a, const uint16_t* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i),
+                          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i))), acc);
+  if (i < n) {
+    const __mmask16 m = tailMask16(n - i);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, b + i)), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+void axpyF32(float a, const float* x, float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = tailMask16(n - i);
+    _mm512_mask_storeu_ps(y + i, m,
+                          _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+void axpyF16(float a, const uint16_t* x, float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))),
+                                            _mm512_loadu_ps(y + i)));
+  if (i < n) {
+    const __mmask16 m = tailMask16(n - i);
+    _mm512_mask_storeu_ps(y + i, m,
+                          _mm512_fmadd_ps(av, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i)),
+                                          _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+// Sum of squares: f32 products widened to double, 8 double lanes, fixed reduction order.
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  __m512d acc = _mm512_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_mul_ps(v, v)));
+  }
+  if (i < n) {
+    const __mmask8 m = (__mmask8)((1u << (n - i)) - 1u);
+    const __m256 v = _mm256_maskz_loadu_ps(m, x + i);
+    acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_mul_ps(v, v)));
+  }
+  const double sum = _mm512_reduce_add_pd(acc);
+  const float mean = (float)(sum / (double)n);
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (i = 0; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), sv), _mm512_loadu_ps(w + i)));
+  if (i < n) {
+    const __mmask16 m = tailMask16(n - i);
+    _mm512_mask_storeu_ps(out + i, m,
+                          _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), sv), _mm512_maskz_loadu_ps(m, w + i)));
+  }
+}
+
+void gated(int kind, const float* g, const float* u, float* out, int64_t n) {
+  if (kind == 0) {  // SwiGLU: exact expf per element, as the scalar path
+    kScalar.gated(kind, g, u, out, n);
+    return;
+  }
+  const __m512 z = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : tailMask16(n - i);
+    const __m512 gv = _mm512_max_ps(_mm512_maskz_loadu_ps(m, g + i), z);
+    __m512 uv = _mm512_maskz_loadu_ps(m, u + i);
+    if (kind == 2) uv = _mm512_max_ps(uv, z);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(gv, uv));
+  }
+}
+
+void add(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : tailMask16(n - i);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+  }
+}
+
+}  // namespace
+
+const Kernels& kernelsAvx512() {
+  static const Kernels k = [] {
+    Kernels t = kScalar;
+    t.name = "avx512";
+    t.quantizeQ8 = quantizeQ8;
+    t.dotRows = dotRows;
+    t.matmul = matmul;
+    t.axpyRows = axpyRows;
+    t.f32ToF16 = f32ToF16;
+    t.f16ToF32 = f16ToF32;
+    t.dotF32 = dotF32;
+    t.dotF16 = dotF16;
+    t.axpyF32 = axpyF32;
+    t.axpyF16 = axpyF16;
+    t.rmsnorm = rmsnorm;
+    t.gated = gated;
+    t.add = add;
+    // softmax, dequantRow: scalar (exp-bound / not hot).
+    return t;
+  }();
+  return k;
+}
+
+}  // namespace np

@@ -1,0 +1,30 @@
+// Persistent process-wide thread pool. The calling thread participates; workers spin
+// briefly after a job and then sleep on a condition variable.
+//
+// Determinism contract: the pool only decides WHICH thread runs a chunk, never how a
+// chunk is computed. Kernels partition work so every output element is produced by
+// exactly one chunk in a fixed order, hence results do not depend on the thread count.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+namespace np {
+
+constexpr int kMaxThreads = 64;
+
+void poolSetThreads(int n);  // 1..kMaxThreads
+int poolGetThreads();
+int poolDefaultThreads();
+
+// Runs fn(chunk) for chunk in [0, nChunks) using up to `maxThreads` threads (<= pool
+// size); chunks are handed out dynamically. If another JS thread is already using the
+// pool, runs everything inline on the caller. Exceptions must not escape fn.
+void poolRun(int64_t nChunks, int maxThreads, const std::function<void(int64_t)>& fn);
+
+// Index of the current thread inside a poolRun (0 = caller), for per-thread scratch.
+int poolThreadIndex();
+
+// Diagnostics: jobs run on the pool (not inline) and chunks done by workers / by callers.
+void poolStats(uint64_t* jobs, uint64_t* workerChunks, uint64_t* callerChunks);
+
+}  // namespace np
