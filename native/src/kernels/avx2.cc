@@ -33,8 +33,6 @@ inline float f16(uint16_t h) { return _cvtsh_ss(h); }
 void quantizeQ8(const float* x, int64_t n, int8_t* qs, float* d, int32_t* sum) {
   const int64_t nb = n / QK;
   const __m256 signMask = _mm256_set1_ps(-0.0f);
-  const __m256 half = _mm256_set1_ps(0.5f);
-  const __m256 one = _mm256_set1_ps(1.0f);
   for (int64_t i = 0; i < nb; i++) {
     __m256 v[4];
     __m256 a = _mm256_setzero_ps();
@@ -46,20 +44,15 @@ void quantizeQ8(const float* x, int64_t n, int8_t* qs, float* d, int32_t* sum) {
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     const float amax = _mm_cvtss_f32(m);
-    const float dd = amax / ((1 << 7) - 1);
-    const float id = dd ? 1.0f / dd : 0.0f;
+    const float dd = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;  // as llama.cpp's SIMD quantize_row_q8_0
     d[i] = fp16ToF32(f32ToFp16(dd));
     const __m256 vid = _mm256_set1_ps(id);
     __m256i q32[4];
     __m256i s = _mm256_setzero_si256();
     for (int h = 0; h < 4; h++) {
       const __m256 p = _mm256_mul_ps(v[h], vid);
-      // roundf exactly: t = trunc(p); t + (|p - t| >= 0.5 ? copysign(1, p) : 0)
-      const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __m256 fr = _mm256_andnot_ps(signMask, _mm256_sub_ps(p, t));
-      const __m256 up = _mm256_cmp_ps(fr, half, _CMP_GE_OQ);
-      const __m256 adj = _mm256_and_ps(up, _mm256_or_ps(_mm256_and_ps(p, signMask), one));
-      q32[h] = _mm256_cvttps_epi32(_mm256_add_ps(t, adj));
+      q32[h] = _mm256_cvttps_epi32(_mm256_round_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));  // half to even
       s = _mm256_add_epi32(s, q32[h]);
     }
     // pack 32 int32 -> 32 int8 in order

@@ -29,27 +29,18 @@ inline __mmask16 tailMask16(int64_t n) { return (__mmask16)((1u << n) - 1u); }
 
 void quantizeQ8(const float* x, int64_t n, int8_t* qs, float* d, int32_t* sum) {
   const int64_t nb = n / QK;
-  const __m512 signMask = _mm512_set1_ps(-0.0f);
-  const __m512 half = _mm512_set1_ps(0.5f);
-  const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < nb; i++) {
     const __m512 v0 = _mm512_loadu_ps(x + i * QK), v1 = _mm512_loadu_ps(x + i * QK + 16);
     const __m512 a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
     const float amax = _mm512_reduce_max_ps(a);  // max is exact in any order
-    const float dd = amax / ((1 << 7) - 1);
-    const float id = dd ? 1.0f / dd : 0.0f;
+    const float dd = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;  // as llama.cpp's SIMD quantize_row_q8_0
     d[i] = fp16ToF32(f32ToFp16(dd));
     const __m512 vid = _mm512_set1_ps(id);
     __m512i s = _mm512_setzero_si512();
     for (int h = 0; h < 2; h++) {
       const __m512 v = _mm512_mul_ps(h ? v1 : v0, vid);
-      // roundf (half away from zero) exactly: t = trunc(v); t + copysign(|v - t| >= 0.5, v)
-      const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __m512 fr = _mm512_abs_ps(_mm512_sub_ps(v, t));
-      const __mmask16 up = _mm512_cmp_ps_mask(fr, half, _CMP_GE_OQ);
-      const __m512 adj = _mm512_castsi512_ps(_mm512_or_si512(
-          _mm512_and_si512(_mm512_castps_si512(v), _mm512_castps_si512(signMask)), _mm512_castps_si512(one)));  // ±1
-      const __m512 r = _mm512_mask_add_ps(t, up, t, adj);
+      const __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);  // half to even
       const __m512i q = _mm512_cvttps_epi32(r);
       s = _mm512_add_epi32(s, q);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + i * QK + 16 * h), _mm512_cvtepi32_epi8(q));

@@ -44,19 +44,21 @@ void scalarQuantizeQ8_0Row(const float* x, int64_t n, BlockQ8_0* y) {
   }
 }
 
-// Activation quantisation to separate arrays (same arithmetic as scalarQuantizeQ8_0Row).
+// Activation quantisation to separate arrays, with the arithmetic of llama.cpp's x86 SIMD
+// quantize_row_q8_0 (what the peer runs on this CPU): id = 127/amax (not 1/d) and rounding
+// half to even. Weight quantisation (scalarQuantizeQ8_0Row) keeps the reference's roundf.
 static void quantizeQ8(const float* x, int64_t n, int8_t* qs, float* d, int32_t* sum) {
   const int64_t nb = n / QK;
   for (int64_t i = 0; i < nb; i++) {
     const float* xb = x + i * QK;
     float amax = 0.0f;
     for (int j = 0; j < QK; j++) amax = std::max(amax, std::fabs(xb[j]));
-    const float dd = amax / ((1 << 7) - 1);
-    const float id = dd ? 1.0f / dd : 0.0f;
+    const float dd = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     d[i] = fp16ToF32(f32ToFp16(dd));
     int32_t s = 0;
     for (int j = 0; j < QK; ++j) {
-      const int8_t q = (int8_t)std::round(xb[j] * id);
+      const int8_t q = (int8_t)std::nearbyint(xb[j] * id);  // default rounding: half to even
       qs[i * QK + j] = q;
       s += q;
     }
