@@ -8,7 +8,9 @@ import { tensorTypeName, valueTypeName } from "../gguf/types.js";
 import { loadModel } from "../model/model.js";
 import { readConfig } from "../model/config.js";
 import { native } from "../native.js";
-import { synthModel, synthShapes, type SynthShape } from "../synth/synth.js";
+import { synthModel, synthShapes, weightTypeIds, type SynthShape } from "../synth/synth.js";
+import { convertTrainerExport } from "../convert/from-trainer.js";
+import { requantize } from "../convert/requantize.js";
 import { parseBytes, formatBytes, progressBar } from "./format.js";
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
@@ -263,6 +265,43 @@ const commands: Record<string, Command> = {
       const bytes = await w.write(out, { onProgress: progressBar(`writing ${out}`) });
       process.stderr.write(`wrote ${out}: ${formatBytes(bytes)}\n`);
     },
+  },
+};
+
+commands.quantize = {
+  summary: "re-encode a GGUF's weight matrices as f32, f16, q8_0 or q4_0",
+  usage: "neuronpipe quantize INPUT OUTPUT --type q4_0",
+  options: { type: { type: "string" }, help: { type: "boolean", short: "h" } },
+  help: { type: "target type: f32, f16, q8_0, q4_0 (norms stay f32)" },
+  async run(v, pos) {
+    const [input, output] = pos;
+    if (!input || !output) throw new UsageError("quantize needs INPUT and OUTPUT paths");
+    const t = weightTypeIds[((v.type as string | undefined) ?? "").toLowerCase()];
+    if (t === undefined) throw new UsageError(`--type must be f32, f16, q8_0 or q4_0`);
+    const { bytes } = await requantize(input, output, t, progressBar(`writing ${output}`));
+    process.stderr.write(`wrote ${output}: ${formatBytes(bytes)}\n`);
+  },
+};
+
+commands.convert = {
+  summary: "write a GGUF from the trainer's export (tools/train/out)",
+  usage: "neuronpipe convert DIR --out PATH [--arch smallthinker|llama] [--type f32]",
+  options: { out: { type: "string", short: "o" }, arch: { type: "string" }, type: { type: "string" }, help: { type: "boolean", short: "h" } },
+  help: {
+    out: "output GGUF path",
+    arch: "smallthinker (default: one-expert ReGLU that llama.cpp also runs) or llama (+ neuronpipe.ffn_activation)",
+    type: "weight type: f32 (default), f16, q8_0, q4_0",
+  },
+  async run(v, pos) {
+    const dir = pos[0];
+    const out = v.out as string | undefined;
+    if (!dir || !out) throw new UsageError("convert needs the export directory and --out PATH");
+    const arch = (v.arch as string | undefined) ?? "smallthinker";
+    if (arch !== "smallthinker" && arch !== "llama") throw new UsageError("--arch must be smallthinker or llama");
+    const t = weightTypeIds[((v.type as string | undefined) ?? "f32").toLowerCase()];
+    if (t === undefined) throw new UsageError(`--type must be f32, f16, q8_0 or q4_0`);
+    const bytes = await convertTrainerExport(dir, { arch, type: t }).write(out, { onProgress: progressBar(`writing ${out}`) });
+    process.stderr.write(`wrote ${out}: ${formatBytes(bytes)}\n`);
   },
 };
 

@@ -49,6 +49,12 @@ export function readConfig(f: GGUFFile): ModelConfig {
   const nHead = requireNumber(f, k("attention.head_count"));
   const nHeadKv = metaNumber(f, k("attention.head_count_kv")) ?? nHead;
   const nLayer = requireNumber(f, k("block_count"));
+  if (arch === "smallthinker") {
+    const experts = metaNumber(f, k("expert_count")) ?? 1;
+    if (experts !== 1) {
+      throw new GGUFError(f.path, `smallthinker with ${experts} experts: only the dense one-expert form (a ReGLU FFN) is supported`);
+    }
+  }
   let nFF = metaNumber(f, k("feed_forward_length"));
   if (nFF === undefined && arch === "smallthinker") nFF = metaNumber(f, k("expert_feed_forward_length"));
   if (nFF === undefined) throw new GGUFError(f.path, `missing metadata key ${k("feed_forward_length")}`);

@@ -1,5 +1,5 @@
 // The CLI's commands through main(argv), capturing what they print.
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -30,7 +30,7 @@ describe("neuronpipe CLI", () => {
   it("--help on every command", async () => {
     const top = await cli("--help");
     expect(top.code).toBe(0);
-    for (const c of ["generate", "inspect", "synth"]) {
+    for (const c of ["generate", "inspect", "synth", "quantize", "convert"]) {
       expect(top.out).toContain(c);
       const h = await cli(c, "--help");
       expect(h.code).toBe(0);
@@ -71,6 +71,26 @@ describe("neuronpipe CLI", () => {
     const plain = await cli("generate", "--model", p, "--prompt", "Hello there", "--max-tokens", "10");
     expect(plain.out).toBe(`Hello there${j.text}\n`);
     expect(plain.err).toMatch(/generated 10 tok, [\d.]+ tok\/s/);
+  });
+
+  it("quantize re-encodes an f32 model into the bytes synth writes for that type directly", async () => {
+    const shape = ["--embd", "64", "--ff", "96", "--layers", "1", "--heads", "2"];
+    const f32 = join(dir, "q-f32.gguf");
+    const direct = join(dir, "q-direct.gguf");
+    const requant = join(dir, "q-requant.gguf");
+    await cli("synth", "--out", f32, ...shape, "--type", "f32", "--seed", "3");
+    await cli("synth", "--out", direct, ...shape, "--type", "q4_0", "--seed", "3");
+    expect((await cli("quantize", f32, requant, "--type", "q4_0")).code).toBe(0);
+    const a = readGGUF(direct);
+    const b = readGGUF(requant);
+    const bytesA = readFileSync(direct);
+    const bytesB = readFileSync(requant);
+    for (const t of a.tensors) {
+      const u = b.tensorsByName.get(t.name)!;
+      expect([u.type, u.ne]).toEqual([t.type, t.ne]);
+      expect(bytesB.subarray(u.offset, u.offset + u.nbytes).equals(bytesA.subarray(t.offset, t.offset + t.nbytes))).toBe(true);
+    }
+    expect(b.metadata.get("general.file_type")?.value).toBe(2);
   });
 
   it("bad input gets a clear message and a non-zero exit code", async () => {
