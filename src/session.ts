@@ -11,7 +11,7 @@ import {
   sessionMachine,
 } from "../actors/session-machine.js";
 import { GGMLType, native } from "./native.js";
-import { createKVCache, createRunState, forward, type KVCache, type RunState } from "./model/forward.js";
+import { createKVCache, createRunState, forward, type ForwardOptions, type KVCache, type RunState } from "./model/forward.js";
 import type { Model } from "./model/model.js";
 import { Sampler, type SamplingOptions } from "./sampling.js";
 
@@ -99,13 +99,13 @@ export class Session extends EventEmitter<SessionEvents> {
    * Evaluate tokens at the end of the context and return a copy of the logits — of the last
    * token, or of every token with `all` (teacher forcing).
    */
-  evaluate(tokens: readonly number[], all = false): Float32Array {
+  evaluate(tokens: readonly number[], all = false, hooks: Pick<ForwardOptions, "onFfnActivations" | "onLayer"> = {}): Float32Array {
     this.checkUsable();
     const V = this.model.config.nVocab;
     const out = new Float32Array((all ? tokens.length : 1) * V);
     for (let i = 0; i < tokens.length; i += this.batchSize) {
       const batch = tokens.slice(i, i + this.batchSize);
-      const off = forward(this.model.config, this.model.weights, this.rs, this.kv, batch, this.tokens.length, { allLogits: all });
+      const off = forward(this.model.config, this.model.weights, this.rs, this.kv, batch, this.tokens.length, { allLogits: all, ...hooks });
       this.tokens.push(...batch);
       const n = all ? batch.length : 1;
       if (all || i + this.batchSize >= tokens.length) {

@@ -11,6 +11,8 @@ import { native } from "../native.js";
 import { synthModel, synthShapes, weightTypeIds, type SynthShape } from "../synth/synth.js";
 import { convertTrainerExport } from "../convert/from-trainer.js";
 import { requantize } from "../convert/requantize.js";
+import { activationSparsity, perplexity } from "../eval/evaluate.js";
+import { readFileSync } from "node:fs";
 import { parseBytes, formatBytes, progressBar } from "./format.js";
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
@@ -302,6 +304,50 @@ commands.convert = {
     if (t === undefined) throw new UsageError(`--type must be f32, f16, q8_0 or q4_0`);
     const bytes = await convertTrainerExport(dir, { arch, type: t }).write(out, { onProgress: progressBar(`writing ${out}`) });
     process.stderr.write(`wrote ${out}: ${formatBytes(bytes)}\n`);
+  },
+};
+
+commands.eval = {
+  summary: "held-out perplexity and FFN activation sparsity of a model on a text file",
+  usage: "neuronpipe eval --model PATH --file TEXT [--ctx 256] [--max-tokens N] [--json]",
+  options: {
+    model: { type: "string", short: "m" },
+    file: { type: "string", short: "f" },
+    ctx: { type: "string" },
+    "max-tokens": { type: "string", short: "n" },
+    threads: { type: "string" },
+    json: { type: "boolean" },
+    help: { type: "boolean", short: "h" },
+  },
+  help: {
+    model: "GGUF model (default: the default model)",
+    file: "UTF-8 text to evaluate on",
+    ctx: "window length in tokens; each window is a fresh context (default 256)",
+    "max-tokens": "evaluate at most N tokens of the file (default 20000)",
+    threads: "compute threads",
+    json: "print JSON",
+  },
+  async run(v) {
+    const file = v.file as string | undefined;
+    if (!file) throw new UsageError("eval needs --file TEXT");
+    const ctx = num(v.ctx, "ctx", { int: true, min: 2 }) ?? 256;
+    const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: 2 }) ?? 20000;
+    const threads = num(v.threads, "threads", { int: true, min: 1 });
+    const path = (v.model as string | undefined) ?? (await defaultModelPath(progressBar("making the default model")));
+    const model = await loadModel(path, { threads });
+    try {
+      const tokens = model.tokenizer.encode(readFileSync(file, "utf8"), { addBos: false }).slice(0, maxTokens);
+      const ppl = perplexity(model, tokens, ctx, progressBar("perplexity"));
+      const sp = model.config.activation === "swiglu" ? undefined : activationSparsity(model, tokens, ctx);
+      const out = { model: path, file, ctx, ...ppl, sparsity: sp };
+      if (v.json) process.stdout.write(JSON.stringify(out) + "\n");
+      else {
+        process.stdout.write(`perplexity ${ppl.perplexity.toFixed(3)} over ${ppl.tokens} predicted tokens (${ppl.windows} windows of ${ctx})\n`);
+        if (sp) process.stdout.write(`FFN sparsity (zero activations per token): mean ${(sp.mean * 100).toFixed(2)}%; per layer ${sp.perLayer.map((x) => (x * 100).toFixed(1) + "%").join(" ")}\n`);
+      }
+    } finally {
+      model.dispose();
+    }
   },
 };
 

@@ -82,6 +82,8 @@ export interface ForwardOptions {
   allLogits?: boolean;
   /** Called after each layer with the layer index (progress, cancellation checks). */
   onLayer?: (layer: number) => void;
+  /** Called with the gated FFN activations of a layer: rs.hb holds (nTok, hidden_dim) f32 (profiling). */
+  onFfnActivations?: (layer: number, rs: RunState, nTok: number) => void;
 }
 
 /**
@@ -134,6 +136,7 @@ export function forward(
     linear(n, L.ffnGate, rs, rs.xb, rs.gate, nTok);
     linear(n, L.ffnUp, rs, rs.xb, rs.up, nTok);
     n.gatedAct(gateKind[cfg.activation], rs.buf, rs.gate, rs.buf, rs.up, rs.buf, rs.hb, nTok * hidden);
+    opts.onFfnActivations?.(l, rs, nTok);
     linear(n, L.ffnDown, rs, rs.hb, rs.o, nTok);
     n.add(rs.buf, rs.x, rs.buf, rs.o, rs.buf, rs.x, nTok * dim);
 

@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { loadModel } from "../../src/model/model.js";
 import { synthModel } from "../../src/synth/synth.js";
 import { referenceLogits } from "./reference-forward.js";
+import { activationSparsity, perplexity } from "../../src/eval/evaluate.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-act-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -47,4 +48,33 @@ it("the three activations give different logits on the same weights (the compari
   const diff = (x: Float64Array, y: Float64Array) => x.reduce((m, v, i) => Math.max(m, Math.abs(v - y[i]!)), 0);
   expect(diff(a, b)).toBeGreaterThan(1e-2);
   expect(diff(b, c)).toBeGreaterThan(1e-2);
+});
+
+it("perplexity() equals the reference model's perplexity; activationSparsity() counts exact zeros", async () => {
+  const path = join(dir, "reglu.gguf");
+  const model = await loadModel(path);
+  // one window of 12 tokens: 11 predictions
+  const ref = referenceLogits(path, tokens, "reglu");
+  let nll = 0;
+  for (let t = 0; t + 1 < tokens.length; t++) {
+    const row = ref[t]!;
+    const max = Math.max(...row);
+    const z = row.reduce((a, v) => a + Math.exp(v - max), 0);
+    nll += Math.log(z) + max - row[tokens[t + 1]!]!;
+  }
+  const want = Math.exp(nll / (tokens.length - 1));
+  const got = perplexity(model, tokens, 64);
+  expect(got.tokens).toBe(tokens.length - 1);
+  expect(Math.abs(got.perplexity - want) / want).toBeLessThan(1e-4);
+  // two windows of 6: each restarts the context, so the result differs from one window
+  expect(perplexity(model, tokens, 6).tokens).toBe(10);
+  // ReGLU on random weights: relu(gate) is zero for about half the neurons
+  const sp = activationSparsity(model, tokens, 64);
+  expect(sp.perLayer).toHaveLength(2);
+  for (const x of sp.perLayer) expect(x).toBeGreaterThan(0.35), expect(x).toBeLessThan(0.65);
+  // SwiGLU never gives exact zeros
+  const swi = await loadModel(join(dir, "swiglu.gguf"));
+  expect(activationSparsity(swi, tokens, 64).mean).toBe(0);
+  swi.dispose();
+  model.dispose();
 });
