@@ -1,7 +1,7 @@
 // The `neuronpipe` command line: generate, inspect, synth. Every command has --help.
-import { existsSync, mkdirSync } from "node:fs";
-import { homedir } from "node:os";
-import { join } from "node:path";
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { readGGUF } from "../gguf/reader.js";
 import { tensorTypeName, valueTypeName } from "../gguf/types.js";
@@ -36,17 +36,15 @@ const num = (v: unknown, name: string, { int = false, min = -Infinity } = {}): n
   return n;
 };
 
-/** The model `generate` runs when no --model is given: made once, then cached. */
-export async function defaultModelPath(onProgress?: (d: number, t: number) => void): Promise<string> {
-  const dir = process.env.NEURONPIPE_CACHE ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "neuronpipe");
-  const path = join(dir, "default-synthetic-tiny-q8_0.gguf");
-  if (!existsSync(path)) {
-    mkdirSync(dir, { recursive: true });
-    await synthModel({ shape: synthShapes.tiny!, type: "q8_0", seed: 1, name: "neuronpipe default (synthetic)" }).write(path, {
-      onProgress,
-    });
+/** The embedded default model (models/neuronpipe-default.gguf, trained by tools/train). */
+export async function defaultModelPath(): Promise<string> {
+  const here = dirname(fileURLToPath(import.meta.url));
+  // src/cli from sources, dist/src/cli when built
+  for (const up of ["../..", "../../.."]) {
+    const p = join(here, up, "models", "neuronpipe-default.gguf");
+    if (existsSync(p)) return p;
   }
-  return path;
+  throw new Error("the default model models/neuronpipe-default.gguf is missing from this installation; pass --model PATH");
 }
 
 const commands: Record<string, Command> = {
@@ -69,10 +67,10 @@ const commands: Record<string, Command> = {
       help: { type: "boolean", short: "h" },
     },
     help: {
-      model: "GGUF model file (default: the embedded default model, made and cached on first use)",
-      prompt: "text to continue (default: \"Once upon a time\")",
+      model: "GGUF model file (default: the embedded default model, models/neuronpipe-default.gguf)",
+      prompt: "text to continue (default: \"The sea\")",
       "max-tokens": "tokens to generate (default 64)",
-      temperature: "sampling temperature; 0 = greedy (default 0)",
+      temperature: "sampling temperature; 0 = greedy (default 0.8, as llama.cpp)",
       "top-k": "keep the k most likely tokens (default 40; 0 = off)",
       "top-p": "nucleus sampling mass (default 0.95; 1 = off)",
       "min-p": "drop tokens below min-p × p(best) (default 0.05)",
@@ -86,17 +84,17 @@ const commands: Record<string, Command> = {
       // read every option before any work, so a typo fails fast
       const threads = num(v.threads, "threads", { int: true, min: 1 });
       const contextSize = num(v.ctx, "ctx", { int: true, min: 1 });
-      const prompt = (v.prompt as string | undefined) ?? "Once upon a time";
+      const prompt = (v.prompt as string | undefined) ?? "The sea";
       const sampling = {
         maxTokens: num(v["max-tokens"], "max-tokens", { int: true, min: 0 }) ?? 64,
-        temperature: num(v.temperature, "temperature", { min: 0 }) ?? 0,
+        temperature: num(v.temperature, "temperature", { min: 0 }) ?? 0.8,
         topK: num(v["top-k"], "top-k", { int: true, min: 0 }),
         topP: num(v["top-p"], "top-p"),
         minP: num(v["min-p"], "min-p"),
         repeatPenalty: num(v["repeat-penalty"], "repeat-penalty"),
         seed: num(v.seed, "seed", { int: true }) ?? 0,
       };
-      const path = (v.model as string | undefined) ?? (await defaultModelPath(progressBar("making the default model")));
+      const path = (v.model as string | undefined) ?? (await defaultModelPath());
       const model = await loadModel(path, { threads });
       try {
         const session = model.createSession({ contextSize });
@@ -333,7 +331,7 @@ commands.eval = {
     const ctx = num(v.ctx, "ctx", { int: true, min: 2 }) ?? 256;
     const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: 2 }) ?? 20000;
     const threads = num(v.threads, "threads", { int: true, min: 1 });
-    const path = (v.model as string | undefined) ?? (await defaultModelPath(progressBar("making the default model")));
+    const path = (v.model as string | undefined) ?? (await defaultModelPath());
     const model = await loadModel(path, { threads });
     try {
       const tokens = model.tokenizer.encode(readFileSync(file, "utf8"), { addBos: false }).slice(0, maxTokens);

@@ -12,8 +12,10 @@ export interface PerplexityResult {
 }
 
 /**
- * Perplexity of `tokens` in consecutive windows of `window` tokens (each window starts a fresh
- * context; every token but a window's first is predicted from the ones before it in the window).
+ * Perplexity of `tokens` in consecutive windows of `window` inputs, each window a fresh
+ * context: window k reads tokens[k·w, k·w + w) and predicts the token after each of them, the
+ * one past the window included — so every token but the first is predicted exactly once
+ * (the usual non-overlapping protocol, and the trainer's).
  */
 export function perplexity(model: Model, tokens: readonly number[], window: number, onProgress?: (done: number, total: number) => void): PerplexityResult {
   const V = model.config.nVocab;
@@ -23,17 +25,16 @@ export function perplexity(model: Model, tokens: readonly number[], window: numb
   let windows = 0;
   try {
     for (let w0 = 0; w0 + 1 < tokens.length; w0 += window) {
-      const win = tokens.slice(w0, w0 + window);
-      if (win.length < 2) break;
+      const inputs = tokens.slice(w0, Math.min(w0 + window, tokens.length - 1));
       s.reset();
-      const logits = s.evaluate(win, true);
-      for (let t = 0; t + 1 < win.length; t++) {
+      const logits = s.evaluate(inputs, true);
+      for (let t = 0; t < inputs.length; t++) {
         const row = logits.subarray(t * V, (t + 1) * V);
         let max = -Infinity;
         for (let i = 0; i < V; i++) if (row[i]! > max) max = row[i]!;
         let z = 0;
         for (let i = 0; i < V; i++) z += Math.exp(row[i]! - max);
-        nll += Math.log(z) + max - row[win[t + 1]!]!;
+        nll += Math.log(z) + max - row[tokens[w0 + t + 1]!]!;
         count++;
       }
       windows++;
