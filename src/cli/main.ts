@@ -12,7 +12,8 @@ import { synthModel, synthShapes, weightTypeIds, type SynthShape } from "../synt
 import { convertTrainerExport } from "../convert/from-trainer.js";
 import { requantize } from "../convert/requantize.js";
 import { activationSparsity, perplexity } from "../eval/evaluate.js";
-import { readFileSync } from "node:fs";
+import { readFileSync, readdirSync, statSync } from "node:fs";
+import { profileActivations, writeProfile } from "../sparse/profile.js";
 import { parseBytes, formatBytes, progressBar } from "./format.js";
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
@@ -36,15 +37,24 @@ const num = (v: unknown, name: string, { int = false, min = -Infinity } = {}): n
   return n;
 };
 
-/** The embedded default model (models/neuronpipe-default.gguf, trained by tools/train). */
-export async function defaultModelPath(): Promise<string> {
+/** A file shipped in the package's models/ folder (found from sources or from dist/). */
+function shipped(name: string): string {
   const here = dirname(fileURLToPath(import.meta.url));
-  // src/cli from sources, dist/src/cli when built
   for (const up of ["../..", "../../.."]) {
-    const p = join(here, up, "models", "neuronpipe-default.gguf");
+    const p = join(here, up, "models", name);
     if (existsSync(p)) return p;
   }
-  throw new Error("the default model models/neuronpipe-default.gguf is missing from this installation; pass --model PATH");
+  throw new Error(`models/${name} is missing from this installation`);
+}
+
+/** The embedded default model (models/neuronpipe-default.gguf, trained by tools/train). */
+export async function defaultModelPath(): Promise<string> {
+  return shipped("neuronpipe-default.gguf");
+}
+
+/** The default model's held-out text (eval and profile default corpus). */
+function bundledHeldout(): string {
+  return shipped("heldout.txt");
 }
 
 const commands: Record<string, Command> = {
@@ -307,7 +317,7 @@ commands.convert = {
 
 commands.eval = {
   summary: "held-out perplexity and FFN activation sparsity of a model on a text file",
-  usage: "neuronpipe eval --model PATH --file TEXT [--ctx 256] [--max-tokens N] [--json]",
+  usage: "neuronpipe eval [--model PATH] [--file TEXT] [--ctx 256] [--max-tokens N] [--json]",
   options: {
     model: { type: "string", short: "m" },
     file: { type: "string", short: "f" },
@@ -319,15 +329,14 @@ commands.eval = {
   },
   help: {
     model: "GGUF model (default: the default model)",
-    file: "UTF-8 text to evaluate on",
+    file: "UTF-8 text to evaluate on (default: the bundled held-out text, models/heldout.txt)",
     ctx: "window length in tokens; each window is a fresh context (default 256)",
     "max-tokens": "evaluate at most N tokens of the file (default 20000)",
     threads: "compute threads",
     json: "print JSON",
   },
   async run(v) {
-    const file = v.file as string | undefined;
-    if (!file) throw new UsageError("eval needs --file TEXT");
+    const file = (v.file as string | undefined) ?? bundledHeldout();
     const ctx = num(v.ctx, "ctx", { int: true, min: 2 }) ?? 256;
     const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: 2 }) ?? 20000;
     const threads = num(v.threads, "threads", { int: true, min: 1 });
@@ -342,6 +351,79 @@ commands.eval = {
       else {
         process.stdout.write(`perplexity ${ppl.perplexity.toFixed(3)} over ${ppl.tokens} predicted tokens (${ppl.windows} windows of ${ctx})\n`);
         if (sp) process.stdout.write(`FFN sparsity (zero activations per token): mean ${(sp.mean * 100).toFixed(2)}%; per layer ${sp.perLayer.map((x) => (x * 100).toFixed(1) + "%").join(" ")}\n`);
+      }
+    } finally {
+      model.dispose();
+    }
+  },
+};
+
+/** Token ids of a text file, or of every file in a directory (each a document with BOS). */
+function corpusTokens(model: Awaited<ReturnType<typeof loadModel>>, path: string): number[] {
+  const files = statSync(path).isDirectory()
+    ? readdirSync(path)
+        .sort()
+        .map((f) => join(path, f))
+        .filter((f) => statSync(f).isFile())
+    : [path];
+  if (files.length === 0) throw new Error(`${path}: no files to read`);
+  return files.flatMap((f) => model.tokenizer.encode(readFileSync(f, "utf8")));
+}
+
+commands.profile = {
+  summary: "record per-neuron FFN activation statistics over a corpus (dense inference)",
+  usage: "neuronpipe profile [--model PATH] [--corpus FILE|DIR] [--ctx 256] [--max-tokens N] [--out PATH]",
+  options: {
+    model: { type: "string", short: "m" },
+    corpus: { type: "string", short: "c" },
+    ctx: { type: "string" },
+    "max-tokens": { type: "string", short: "n" },
+    out: { type: "string", short: "o" },
+    threads: { type: "string" },
+    json: { type: "boolean" },
+    help: { type: "boolean", short: "h" },
+  },
+  help: {
+    model: "GGUF model (default: the default model)",
+    corpus: "text file or directory of text files (default: the bundled held-out text, models/heldout.txt)",
+    ctx: "window length in tokens; each window is a fresh context (default 256)",
+    "max-tokens": "profile at most N tokens (default: all)",
+    out: "output file (default: MODEL.profile.gguf next to the model)",
+    threads: "compute threads",
+    json: "print the per-layer summary as JSON",
+  },
+  async run(v) {
+    const ctx = num(v.ctx, "ctx", { int: true, min: 2 }) ?? 256;
+    const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: 1 });
+    const threads = num(v.threads, "threads", { int: true, min: 1 });
+    const path = (v.model as string | undefined) ?? (await defaultModelPath());
+    const corpus = (v.corpus as string | undefined) ?? bundledHeldout();
+    const out = (v.out as string | undefined) ?? `${path}.profile.gguf`;
+    const model = await loadModel(path, { threads });
+    try {
+      if (model.config.activation === "swiglu") throw new Error(`${path}: SwiGLU FFNs have no exact zeros to profile (ReGLU/dReLU models only)`);
+      let tokens = corpusTokens(model, corpus);
+      if (maxTokens !== undefined) tokens = tokens.slice(0, maxTokens);
+      const p = profileActivations(model, tokens, ctx, { corpus, onProgress: progressBar(`profiling ${tokens.length} tokens`) });
+      await writeProfile(out, p);
+      const rows = p.layers.map((l, i) => ({
+        layer: i,
+        sparsity: 1 - l.activeMean / p.nFF,
+        activeMean: l.activeMean,
+        activeP50: l.activeP50,
+        activeP99: l.activeP99,
+        overlap: l.overlap,
+        hot80: l.hot80,
+      }));
+      if (v.json) process.stdout.write(JSON.stringify({ out, tokens: p.tokens, layers: rows }) + "\n");
+      else {
+        process.stdout.write(`profiled ${p.tokens} tokens of ${corpus} → ${out}\n`);
+        process.stdout.write("layer  sparsity  active/token (mean p50 p99)  overlap(t,t+1)  neurons for 80% of activations\n");
+        for (const r of rows) {
+          process.stdout.write(
+            `${String(r.layer).padStart(5)}  ${(100 * r.sparsity).toFixed(1).padStart(7)}%  ${r.activeMean.toFixed(1).padStart(8)} ${String(r.activeP50).padStart(5)} ${String(r.activeP99).padStart(5)}  ${r.overlap.toFixed(3).padStart(14)}  ${r.hot80} of ${p.nFF} (${((100 * r.hot80) / p.nFF).toFixed(1)}%)\n`,
+          );
+        }
       }
     } finally {
       model.dispose();

@@ -31,9 +31,10 @@ const index = JSON.parse(readFileSync(join(refDir, "index.json"), "utf8")) as {
 };
 const logitsF16 = readFileSync(join(refDir, "logits.f16.bin"));
 const lastF32 = readFileSync(join(refDir, "last_logits.f32.bin"));
+// the held-out token stream (<s> document </s> …); the trainer's perplexity uses its first 20480 tokens
 const heldout = (() => {
-  const b = readFileSync(join(refDir, "heldout-20480.u16"));
-  return Array.from(new Uint16Array(b.buffer, b.byteOffset, b.length / 2));
+  const b = readFileSync(join(refDir, "heldout.u16"));
+  return Array.from(new Uint16Array(b.buffer, b.byteOffset, b.length / 2)).slice(0, 20480);
 })();
 
 let model: Model;
