@@ -229,10 +229,16 @@ const commands: Record<string, Command> = {
       tokenizer: { type: "string" },
       tied: { type: "boolean" },
       seed: { type: "string" },
+      "active-fraction": { type: "string" },
+      "hot-neurons": { type: "string" },
+      "hot-share": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
     help: {
       out: "output GGUF path (required)",
+      "active-fraction": "plant ReLU sparsity (reglu/drelu): mean share of FFN neurons firing per token, e.g. 0.1",
+      "hot-neurons": "with --active-fraction: share of neurons that give --hot-share of activations (default 0.2)",
+      "hot-share": "with --active-fraction: default 0.8",
       shape: `named shape: ${Object.keys(synthShapes).join(", ")} (default tiny); explicit dimensions override its fields`,
       embd: "model width",
       ff: "FFN hidden width",
@@ -271,6 +277,14 @@ const commands: Record<string, Command> = {
         seed: num(v.seed, "seed", { int: true }) ?? 1,
         tokenizer,
         tiedOutput: Boolean(v.tied),
+        sparsity:
+          v["active-fraction"] === undefined
+            ? undefined
+            : {
+                activeFraction: num(v["active-fraction"], "active-fraction", { min: 0 })!,
+                hotNeurons: num(v["hot-neurons"], "hot-neurons", { min: 0 }) ?? 0.2,
+                hotShare: num(v["hot-share"], "hot-share", { min: 0 }) ?? 0.8,
+              },
       });
       const bytes = await w.write(out, { onProgress: progressBar(`writing ${out}`) });
       process.stderr.write(`wrote ${out}: ${formatBytes(bytes)}\n`);

@@ -10,6 +10,7 @@ import { ACTIVATION_KEY, type FfnActivation } from "../model/config.js";
 import { GGMLType, native } from "../native.js";
 import { vocabFromHfTokenizerJson } from "../tokenizer/hf-import.js";
 import type { GgufVocab } from "../tokenizer/vocab.js";
+import { BIAS_VALUE, biasChannelWeights, neuronFrequencies, type SparsityPlan } from "./plant-sparsity.js";
 
 export interface SynthShape {
   embd: number;
@@ -46,6 +47,8 @@ export interface SynthOptions {
   tiedOutput?: boolean;
   /** Model name recorded in general.name. */
   name?: string;
+  /** Plant realistic ReLU statistics (ReGLU/dReLU only): see plant-sparsity.ts. */
+  sparsity?: SparsityPlan;
   onProgress?: (done: number, total: number) => void;
 }
 
@@ -86,7 +89,10 @@ export function writeVocab(w: GGUFWriter, v: GgufVocab) {
  * A tensor of uniform random values with the given standard deviation, converted to `type`.
  * Generated in row chunks so memory stays bounded; each chunk has its own derived seed.
  */
-function randomTensor(type: number, rows: number, cols: number, std: number, seed: bigint, mean = 0): () => Uint8Array {
+/** Changes a chunk of f32 rows [r0, r0+m) of a tensor before it is quantised. */
+type Edit = (v: Float32Array, r0: number, m: number, cols: number) => void;
+
+function randomTensor(type: number, rows: number, cols: number, std: number, seed: bigint, mean = 0, edit?: Edit): () => Uint8Array {
   return () => {
     const n = native();
     const rowBytes = n.rowBytes(type, cols);
@@ -97,9 +103,10 @@ function randomTensor(type: number, rows: number, cols: number, std: number, see
     for (let r0 = 0, c = 0; r0 < rows; r0 += chunkRows, c++) {
       const m = Math.min(chunkRows, rows - r0);
       n.fillUniform(tmp, 0, m * cols, seed * 1000003n + BigInt(c), scale);
-      if (mean !== 0) {
+      if (mean !== 0 || edit) {
         const v = n.viewF32(tmp, 0, m * cols);
-        for (let i = 0; i < v.length; i++) v[i] = v[i]! + mean;
+        if (mean !== 0) for (let i = 0; i < v.length; i++) v[i] = v[i]! + mean;
+        edit?.(v, r0, m, cols);
       }
       n.quantize(type, tmp, 0, out, r0 * rowBytes, m, cols);
     }
@@ -148,25 +155,43 @@ export function synthModel(o: SynthOptions): GGUFWriter {
   if (activation !== "swiglu") w.setString(ACTIVATION_KEY, activation);
   writeVocab(w, vocab);
 
+  const plan = o.sparsity;
+  if (plan) {
+    if (activation === "swiglu") throw new Error("synth: planted sparsity needs a ReLU-family activation (reglu or drelu)");
+    if (!(plan.activeFraction > 0 && plan.activeFraction < 0.95)) throw new Error(`synth: active fraction must be in (0, 0.95), got ${plan.activeFraction}`);
+    w.setF32("neuronpipe.synth.active_fraction", plan.activeFraction);
+    w.setF32("neuronpipe.synth.hot_neurons", plan.hotNeurons);
+    w.setF32("neuronpipe.synth.hot_share", plan.hotShare);
+  }
+  // planted sparsity: dimension 0 of the residual is a constant bias channel (see plant-sparsity.ts)
+  const zeroRow0: Edit | undefined = plan ? (v, r0, _m, cols) => r0 === 0 && v.fill(0, 0, cols) : undefined;
+  const setCol0 = (value: (row: number) => number): Edit => (v, r0, m, cols) => {
+    for (let r = 0; r < m; r++) v[r * cols] = value(r0 + r);
+  };
+
   let k = 0n;
-  const mat = (name: string, rows: number, cols: number, std: number) =>
-    w.addTensor({ name, ne: [cols, rows], type, data: randomTensor(type, rows, cols, std, seed * 7919n + ++k) });
-  const norm = (name: string, n: number) =>
-    w.addTensor({ name, ne: [n], type: GGMLType.F32, data: randomTensor(GGMLType.F32, 1, n, 0.1, seed * 7919n + ++k, 1) });
+  const mat = (name: string, rows: number, cols: number, std: number, edit?: Edit) =>
+    w.addTensor({ name, ne: [cols, rows], type, data: randomTensor(type, rows, cols, std, seed * 7919n + ++k, 0, edit) });
+  const norm = (name: string, n: number, edit?: Edit) =>
+    w.addTensor({ name, ne: [n], type: GGMLType.F32, data: randomTensor(GGMLType.F32, 1, n, 0.1, seed * 7919n + ++k, 1, edit) });
 
   // tied: the embedding doubles as the classifier, so give it the classifier's scale
-  mat("token_embd.weight", nVocab, s.embd, o.tiedOutput ? 3 / Math.sqrt(s.embd) : 1);
+  mat("token_embd.weight", nVocab, s.embd, o.tiedOutput ? 3 / Math.sqrt(s.embd) : 1, plan ? setCol0(() => BIAS_VALUE) : undefined);
+  // with a bias channel, residual writes are scaled down so the stream's rms (and x̂₀) stays put
+  const outScale = plan ? 1 / Math.sqrt(2 * s.layers) : 1;
   for (let l = 0; l < s.layers; l++) {
     const p = `blk.${l}.`;
     norm(`${p}attn_norm.weight`, s.embd);
     mat(`${p}attn_q.weight`, s.heads * headDim, s.embd, 1 / Math.sqrt(s.embd));
     mat(`${p}attn_k.weight`, s.kvHeads * headDim, s.embd, 1 / Math.sqrt(s.embd));
     mat(`${p}attn_v.weight`, s.kvHeads * headDim, s.embd, 1 / Math.sqrt(s.embd));
-    mat(`${p}attn_output.weight`, s.embd, s.heads * headDim, 1 / Math.sqrt(s.embd));
-    norm(`${p}ffn_norm.weight`, s.embd);
-    mat(`${p}ffn_gate.weight`, s.ff, s.embd, 1 / Math.sqrt(s.embd));
+    mat(`${p}attn_output.weight`, s.embd, s.heads * headDim, outScale / Math.sqrt(s.embd), zeroRow0);
+    norm(`${p}ffn_norm.weight`, s.embd, plan ? setCol0(() => 1) : undefined);
+    const gateStd = 1 / Math.sqrt(s.embd);
+    const bias = plan ? biasChannelWeights(neuronFrequencies(s.ff, plan, Number((seed * 131n + BigInt(l)) % 2147483647n)), s.embd, gateStd) : undefined;
+    mat(`${p}ffn_gate.weight`, s.ff, s.embd, gateStd, bias ? setCol0((r) => bias[r]!) : undefined);
     mat(`${p}ffn_up.weight`, s.ff, s.embd, 1 / Math.sqrt(s.embd));
-    mat(`${p}ffn_down.weight`, s.embd, s.ff, 1 / Math.sqrt(s.ff));
+    mat(`${p}ffn_down.weight`, s.embd, s.ff, outScale / Math.sqrt(s.ff), zeroRow0);
   }
   norm("output_norm.weight", s.embd);
   // logits std ≈ 3: enough spread that the top token is well defined, as in trained models
