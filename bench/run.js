@@ -296,6 +296,34 @@ async function ensureModel(o) {
   return { path, synthesized: true, shape: o.shape, dims: shape, type: o.type };
 }
 
+/** Busy and total jiffies over all CPUs (/proc/stat), or undefined off Linux. */
+function cpuTimes() {
+  try {
+    const f = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
+    const idle = f[3] + (f[4] ?? 0); // idle + iowait
+    const total = f.slice(0, 8).reduce((a, b) => a + b, 0); // user..steal (guest is inside user)
+    return { busy: total - idle, total };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Average number of cores used by OTHER processes while an engine ran: all CPU time the
+ * machine spent (from /proc/stat) minus this process's and the child's own. With 2 cores and
+ * spinning thread pools, anything above ~0.1 makes the figures unreliable (llama.cpp's decode
+ * was seen to drop 10× when another job held one core).
+ */
+function otherLoad(before, after, wallSeconds, ownCpuSeconds) {
+  if (!before || !after || wallSeconds <= 0) return undefined;
+  const cores = os.cpus().length;
+  const dTotal = after.total - before.total;
+  if (dTotal <= 0) return undefined;
+  const hz = dTotal / (wallSeconds * cores); // jiffies per second per core, self-calibrated
+  const busySeconds = (after.busy - before.busy) / hz;
+  return Math.max(0, (busySeconds - ownCpuSeconds) / wallSeconds);
+}
+
 function runChild(engine, o, modelPath) {
   const resultFile = join(os.tmpdir(), `neuronpipe-bench-${process.pid}-${engine.replace(/\W/g, "")}.json`);
   const args = [
@@ -310,6 +338,9 @@ function runChild(engine, o, modelPath) {
     ...(o.peerFlashAttention ? ["--peer-flash-attention"] : []),
   ];
   return new Promise((resolvePromise, reject) => {
+    const t0 = performance.now();
+    const cpu0 = process.cpuUsage();
+    const stat0 = cpuTimes();
     const child = spawn(process.execPath, args, { stdio: ["ignore", "inherit", "inherit"] });
     // an interrupted benchmark must not leave a child holding gigabytes and both cores
     const stop = (sig) => {
@@ -329,6 +360,13 @@ function runChild(engine, o, modelPath) {
       try {
         const r = JSON.parse(readFileSync(resultFile, "utf8"));
         rmSync(resultFile, { force: true });
+        const wall = (performance.now() - t0) / 1000;
+        const own = r.cpuSeconds + (process.cpuUsage(cpu0).user + process.cpuUsage(cpu0).system) / 1e6;
+        r.wallSeconds = wall;
+        r.otherLoadCores = otherLoad(stat0, cpuTimes(), wall, own);
+        if (r.otherLoadCores !== undefined) {
+          log(`${engine}: other processes used ${r.otherLoadCores.toFixed(2)} cores on average during the run`);
+        }
         resolvePromise(r);
       } catch (e) {
         reject(e);
@@ -342,6 +380,8 @@ const commonPrefix = (a, b) => {
   while (i < a.length && i < b.length && a[i] === b[i]) i++;
   return i;
 };
+/** Other processes' average core use above which a run is flagged as unreliable. */
+const BUSY_CORES = 0.15;
 const fmt = (x, d = 2) => (typeof x === "number" && Number.isFinite(x) ? x.toFixed(d) : "—");
 const gib = (b) => (b / 2 ** 30).toFixed(2);
 
@@ -377,7 +417,6 @@ function report(o, model, machine, results) {
     ratios,
   };
   mkdirSync(dirname(o.out), { recursive: true });
-  writeFileSync(o.out, JSON.stringify(record, null, 2) + "\n");
 
   const rows = [
     ["engine", "decode tok/s", `prefill tok/s (${o.prefill})`, "load s", "peak RSS GiB"],
@@ -412,7 +451,16 @@ function report(o, model, machine, results) {
     `Command: \`npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(" ")}` : ""}\` (results: \`${relative(rootDir, o.out)}\`).`,
   ].join("\n");
 
+  const busy = Object.values(results).filter((r) => (r.otherLoadCores ?? 0) > BUSY_CORES);
+  record.machineBusy = busy.length > 0;
+  writeFileSync(o.out, JSON.stringify(record, null, 2) + "\n");
   console.log(table);
+  for (const r of busy) {
+    console.log(
+      `WARNING: other processes used ${r.otherLoadCores.toFixed(2)} cores on average while ${r.engine} ran: ` +
+        "these figures are not reliable (rerun on an idle machine)",
+    );
+  }
   if (ratios) console.log(`\nneuronpipe / llama.cpp: decode ${fmt(ratios.decode)}×, prefill ${fmt(ratios.prefill)}×`);
   if (record.sameGreedyTokens === false) {
     console.log(
@@ -434,6 +482,8 @@ async function main() {
   if (o.child) {
     const r = o.child === "neuronpipe" ? await childOurs(o) : o.child === "llama.cpp" ? await childPeer(o) : undefined;
     if (!r) throw new Error(`--child ${o.child}: unknown engine`);
+    const cpu = process.cpuUsage(); // all threads of this process
+    r.cpuSeconds = (cpu.user + cpu.system) / 1e6;
     writeFileSync(o.result, JSON.stringify(r));
     return;
   }

@@ -116,6 +116,48 @@ export interface NativeAddon {
    * Query t attends to cache positions 0..pos0+t. Scale 1/sqrt(headDim).
    */
   attention(kvType: number, q: number, qOff: number, kCache: number, kOff: number, vCache: number, vOff: number, ctx: number, nHead: number, nHeadKv: number, headDim: number, pos0: number, nTok: number, out: number, outOff: number): void;
+
+  // ---- direct-I/O loader (native/src/io) ------------------------------------------
+  /**
+   * Open a file for batched reads. backend "uring" (io_uring, needs a liburing build and a
+   * kernel that allows it; throws otherwise), "pread" (fixed pool of pread threads), or "auto"
+   * (uring, else pread — `loaderInfo().note` says why). queueDepth (1–4096): reads in flight
+   * at once. directIO: open with O_DIRECT (throws naming the path if the filesystem refuses).
+   * threads (1–64, pread only, default min(queueDepth, 16), capped at queueDepth).
+   * Returns a loader id. Throws an Error naming the path if the file cannot be opened.
+   */
+  openLoader(path: string, opts: { backend: "uring" | "pread" | "auto"; queueDepth: number; directIO: boolean; threads?: number }): number;
+  /** Chosen backend and parameters; fileSize is the size at open time. */
+  loaderInfo(id: number): { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; fileSize: number; threads: number; path: string; note?: string };
+  /** Close a loader (a batch running on another thread finishes first). */
+  closeLoader(id: number): void;
+  /**
+   * Read N requests, given as a Float64Array of 4 numbers each:
+   * [fileOffset, length, dstBufferId, dstOffset]. Up to queueDepth reads are in flight;
+   * returns (synchronously, blocking the calling thread — use from a worker) the total bytes
+   * once every request is complete. Destinations are bounds-checked (RangeError naming the
+   * request) and must not be mapFile buffers; with directIO, fileOffset, length and the
+   * destination address must be 4096-aligned (RangeError naming the request and what is
+   * misaligned). Short reads are retried; a read that hits end of file throws
+   * "readBatch: FILE: short read at offset X: got Y of Z bytes", an I/O error
+   * "readBatch: FILE: read failed at offset X (length Z): strerror". On error the
+   * destination contents of the batch are unspecified.
+   */
+  readBatch(loaderId: number, requests: Float64Array): number;
+
+  // ---- activation predictor (native/src/predictor/) ----
+  /**
+   * Train a predictor fc2·relu(fc1·x) (no biases; single-threaded, deterministic for a given seed).
+   * x: (nTok, nEmbd) f32; y: (nTok, nFF/8) label bytes, bit i (LSB first) of row t = neuron i active.
+   * Weighted BCE on the logits (positives × posWeight), Adam, minibatches of `batch`, shuffled per epoch.
+   * Writes fc1 (hidden, nEmbd) and fc2 (nFF, hidden) row-major f32. The threshold is the largest
+   * value with training recall(score > threshold) ≥ targetRecall.
+   */
+  trainPredictor(x: number, xOff: number, y: number, yOff: number, nTok: number, nEmbd: number, nFF: number, hidden: number, epochs: number, batch: number, lr: number, posWeight: number, seed: number, targetRecall: number, fc1: number, fc1Off: number, fc2: number, fc2Off: number): { loss: number; threshold: number; trainRecall: number; trainActive: number };
+  /** scores (nTok, nFF) = fc2 · relu(fc1 · x_t); fc1 (hidden, nEmbd), fc2 (nFF, hidden), f32. */
+  predictorScores(fc1: number, fc1Off: number, fc2: number, fc2Off: number, nEmbd: number, hidden: number, nFF: number, x: number, xOff: number, nTok: number, out: number, outOff: number): void;
+  /** Confusion counts of (score > threshold) against label bits y (nTok, nFF/8). */
+  predictorEval(fc1: number, fc1Off: number, fc2: number, fc2Off: number, nEmbd: number, hidden: number, nFF: number, x: number, xOff: number, y: number, yOff: number, nTok: number, threshold: number): { tp: number; fp: number; fn: number; tn: number };
 }
 
 function findAddon(): string {

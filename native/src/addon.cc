@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "io/io_bindings.h"
 #include "kernels/dispatch.h"
+#include "predictor/predictor_bindings.h"
 #include "registry.h"
 #include "threads.h"
 
@@ -509,6 +511,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   def("add", Add);
   def("kvStore", KvStore);
   def("attention", Attention);
+  np::io::RegisterIo(env, exports);  // openLoader, loaderInfo, closeLoader, readBatch
+  np::RegisterPredictor(env, exports);  // trainPredictor, predictorScores, predictorEval
   return exports;
 }
 

@@ -1,0 +1,178 @@
+// N-API bindings of the direct-I/O loader. Argument parsing and checks only (alignment,
+// destination bounds); the I/O lives in loader.cc. Error messages start with the function
+// name, as in addon.cc.
+#include "io/io_bindings.h"
+
+#include <cmath>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "io/loader.h"
+#include "registry.h"
+
+namespace np::io {
+
+namespace {
+
+[[noreturn]] void typeErr(Napi::Env env, const char* fn, const std::string& m) {
+  throw Napi::TypeError::New(env, std::string(fn) + ": " + m);
+}
+[[noreturn]] void rangeErr(Napi::Env env, const char* fn, const std::string& m) {
+  throw Napi::RangeError::New(env, std::string(fn) + ": " + m);
+}
+
+std::string fmt(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e18) return std::to_string((long long)v);
+  return std::to_string(v);
+}
+
+int64_t loaderIdArg(const Napi::CallbackInfo& info, const char* fn) {
+  if (info.Length() < 1 || !info[0].IsNumber()) typeErr(info.Env(), fn, "id must be a number");
+  const double v = info[0].As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(v) || v != std::floor(v) || v < 0) rangeErr(info.Env(), fn, "id out of range: " + fmt(v));
+  return (int64_t)v;
+}
+
+std::shared_ptr<Loader> getLoader(const Napi::CallbackInfo& info, const char* fn) {
+  const int64_t id = loaderIdArg(info, fn);
+  auto l = loaderGet(id);
+  if (!l) rangeErr(info.Env(), fn, "loader " + std::to_string(id) + " is not an open loader");
+  return l;
+}
+
+Napi::Value OpenLoader(const Napi::CallbackInfo& info) {
+  const char* fn = "openLoader";
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) typeErr(env, fn, "path must be a string");
+  const std::string path = info[0].As<Napi::String>().Utf8Value();
+  LoaderOpts o;
+  if (info.Length() >= 2 && !info[1].IsUndefined()) {
+    if (!info[1].IsObject()) typeErr(env, fn, "opts must be an object");
+    Napi::Object opts = info[1].As<Napi::Object>();
+    Napi::Value b = opts.Get("backend");
+    if (!b.IsUndefined()) {
+      if (!b.IsString()) typeErr(env, fn, "opts.backend must be \"uring\", \"pread\" or \"auto\"");
+      o.backend = b.As<Napi::String>().Utf8Value();
+      if (o.backend != "uring" && o.backend != "pread" && o.backend != "auto")
+        rangeErr(env, fn, "opts.backend must be \"uring\", \"pread\" or \"auto\", got \"" + o.backend + "\"");
+    }
+    auto intOpt = [&](const char* name, double lo, double hi, unsigned& out) {
+      Napi::Value v = opts.Get(name);
+      if (v.IsUndefined()) return;
+      if (!v.IsNumber()) typeErr(env, fn, std::string("opts.") + name + " must be a number");
+      const double d = v.As<Napi::Number>().DoubleValue();
+      if (!std::isfinite(d) || d != std::floor(d)) typeErr(env, fn, std::string("opts.") + name + " must be an integer, got " + fmt(d));
+      if (d < lo || d > hi)
+        rangeErr(env, fn, std::string("opts.") + name + " out of range [" + fmt(lo) + ", " + fmt(hi) + "]: " + fmt(d));
+      out = (unsigned)d;
+    };
+    intOpt("queueDepth", 1, 4096, o.queueDepth);
+    intOpt("threads", 1, 64, o.threads);
+    Napi::Value d = opts.Get("directIO");
+    if (!d.IsUndefined()) {
+      if (!d.IsBoolean()) typeErr(env, fn, "opts.directIO must be a boolean");
+      o.directIO = d.As<Napi::Boolean>().Value();
+    }
+  }
+  try {
+    return Napi::Number::New(env, (double)loaderOpen(path, o));
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, std::string(fn) + ": " + e.what());
+  }
+}
+
+Napi::Value LoaderInfo(const Napi::CallbackInfo& info) {
+  auto l = getLoader(info, "loaderInfo");
+  Napi::Object o = Napi::Object::New(info.Env());
+  o.Set("backend", l->backend() == Backend::Uring ? "uring" : "pread");
+  o.Set("queueDepth", (double)l->queueDepth());
+  o.Set("directIO", l->directIO());
+  o.Set("fileSize", (double)l->fileSize());
+  o.Set("threads", (double)l->threads());
+  o.Set("path", l->path());
+  if (!l->note().empty()) o.Set("note", l->note());
+  return o;
+}
+
+Napi::Value CloseLoader(const Napi::CallbackInfo& info) {
+  const int64_t id = loaderIdArg(info, "closeLoader");
+  if (!loaderClose(id)) rangeErr(info.Env(), "closeLoader", "loader " + std::to_string(id) + " is not an open loader");
+  return info.Env().Undefined();
+}
+
+// readBatch(loaderId, requests: Float64Array of 4 numbers per request
+//           [fileOffset, length, dstBufferId, dstOffset]) -> total bytes read
+Napi::Value ReadBatch(const Napi::CallbackInfo& info) {
+  const char* fn = "readBatch";
+  Napi::Env env = info.Env();
+  auto l = getLoader(info, fn);
+  if (info.Length() < 2 || !info[1].IsTypedArray() ||
+      info[1].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
+    typeErr(env, fn, "requests must be a Float64Array of [fileOffset, length, dstBufferId, dstOffset] per request");
+  Napi::Float64Array a = info[1].As<Napi::Float64Array>();
+  const size_t len = a.ElementLength();
+  if (len % 4 != 0) rangeErr(env, fn, "requests length " + std::to_string(len) + " is not a multiple of 4");
+  const size_t n = len / 4;
+  const double* d = a.Data();
+  const bool direct = l->directIO();
+  std::unordered_map<int64_t, BufferRef> bufs;  // keeps destinations alive during the reads
+  std::vector<ReadReq> reqs;
+  reqs.reserve(n);
+  double total = 0;
+  const char* names[4] = {"fileOffset", "length", "dstBufferId", "dstOffset"};
+  for (size_t i = 0; i < n; i++) {
+    int64_t v[4];
+    for (int k = 0; k < 4; k++) {
+      const double x = d[i * 4 + k];
+      if (!std::isfinite(x) || x != std::floor(x) || x < 0 || x > 9007199254740991.0)
+        rangeErr(env, fn, "request " + std::to_string(i) + ": " + names[k] + " must be a non-negative integer, got " + fmt(x));
+      v[k] = (int64_t)x;
+    }
+    const int64_t off = v[0], ln = v[1], bid = v[2], doff = v[3];
+    const std::string at = "request " + std::to_string(i) + " (fileOffset " + std::to_string(off) + ", length " +
+                           std::to_string(ln) + ", buffer " + std::to_string(bid) + " at " + std::to_string(doff) + "): ";
+    if (ln > (int64_t)1 << 30) rangeErr(env, fn, at + "length exceeds 1 GiB per request");
+    auto it = bufs.find(bid);
+    if (it == bufs.end()) {
+      BufferRef b = np::registryGet(bid);
+      if (!b) rangeErr(env, fn, at + "buffer " + std::to_string(bid) + " is not a live buffer");
+      if (b->kind == np::BufKind::Mapped)
+        rangeErr(env, fn, at + "buffer " + std::to_string(bid) + " is a read-only file mapping");
+      it = bufs.emplace(bid, std::move(b)).first;
+    }
+    const np::Buffer& b = *it->second;
+    if ((uint64_t)doff > b.size || (uint64_t)ln > b.size - (uint64_t)doff)
+      rangeErr(env, fn, at + "destination out of range: need " + std::to_string(ln) + " bytes at offset " +
+                            std::to_string(doff) + ", buffer has " + std::to_string(b.size));
+    uint8_t* dst = b.ptr + doff;
+    if (direct) {
+      if (off % kDirectAlign) rangeErr(env, fn, at + "fileOffset " + std::to_string(off) + " is not 4096-aligned (O_DIRECT)");
+      if (ln % kDirectAlign) rangeErr(env, fn, at + "length " + std::to_string(ln) + " is not a multiple of 4096 (O_DIRECT)");
+      if ((uintptr_t)dst % kDirectAlign)
+        rangeErr(env, fn, at + "destination address (dstOffset " + std::to_string(doff) + ") is not 4096-aligned (O_DIRECT)");
+    }
+    reqs.push_back({(uint64_t)off, (uint64_t)ln, dst});
+    total += (double)ln;
+  }
+  try {
+    l->readBatch(reqs);
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, std::string(fn) + ": " + e.what());
+  }
+  return Napi::Number::New(env, total);
+}
+
+}  // namespace
+
+void RegisterIo(Napi::Env env, Napi::Object exports) {
+  auto def = [&](const char* name, Napi::Value (*f)(const Napi::CallbackInfo&)) {
+    exports.Set(name, Napi::Function::New(env, f, name));
+  };
+  def("openLoader", OpenLoader);
+  def("loaderInfo", LoaderInfo);
+  def("closeLoader", CloseLoader);
+  def("readBatch", ReadBatch);
+}
+
+}  // namespace np::io

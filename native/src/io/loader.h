@@ -1,0 +1,93 @@
+// Direct-I/O file loader: batches of (fileOffset, length, dst pointer) reads, all in flight up
+// to a queue depth, completed synchronously. Two backends: io_uring (liburing, when built with
+// NP_HAVE_LIBURING and the kernel allows it) and a fixed pool of pread threads. Both optionally
+// use O_DIRECT. Errors are std::runtime_error naming the file and offset.
+#pragma once
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace np::io {
+
+enum class Backend { Uring, Pread };
+
+struct ReadReq {
+  uint64_t fileOffset;
+  uint64_t length;
+  uint8_t* dst;
+};
+
+struct LoaderOpts {
+  std::string backend = "auto";  // "uring" | "pread" | "auto"
+  unsigned queueDepth = 8;
+  bool directIO = false;
+  unsigned threads = 0;  // pread backend pool size; 0 = min(queueDepth, 16)
+};
+
+constexpr size_t kDirectAlign = 4096;
+
+class Loader {
+ public:
+  // Throws std::runtime_error naming the path on failure.
+  Loader(const std::string& path, const LoaderOpts& opts);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Reads every request completely or throws (first error). Serialised per loader.
+  void readBatch(const std::vector<ReadReq>& reqs);
+
+  const std::string& path() const { return path_; }
+  Backend backend() const { return backend_; }
+  unsigned queueDepth() const { return qd_; }
+  bool directIO() const { return direct_; }
+  uint64_t fileSize() const { return size_; }
+  unsigned threads() const { return nThreads_; }
+  const std::string& note() const { return note_; }  // why "auto" fell back, if it did
+
+ private:
+  void readUring(const std::vector<ReadReq>& reqs);
+  void readPread(const std::vector<ReadReq>& reqs);
+  void workerLoop();
+  void runPreadJob();
+  // Full read of one request with retries of short reads; returns "" or the error message.
+  std::string preadOne(const ReadReq& r) const;
+
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  bool direct_ = false;
+  unsigned qd_ = 1;
+  Backend backend_ = Backend::Pread;
+  std::string note_;
+  std::mutex batchMu_;  // one batch at a time per loader
+
+  // io_uring state (opaque, defined in loader.cc)
+  struct Ring;
+  std::unique_ptr<Ring> ring_;
+
+  // pread pool
+  unsigned nThreads_ = 0;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_, doneCv_;
+  uint64_t jobSeq_ = 0;
+  bool stop_ = false;
+  const std::vector<ReadReq>* job_ = nullptr;
+  size_t next_ = 0;        // next request index to claim (under mu_)
+  unsigned active_ = 0;    // workers inside the current job
+  std::string err_;        // first error of the current job
+  size_t errIdx_ = SIZE_MAX;
+};
+
+// Process-wide table of loaders (shared by worker threads, like the buffer registry).
+int64_t loaderOpen(const std::string& path, const LoaderOpts& opts);
+std::shared_ptr<Loader> loaderGet(int64_t id);
+bool loaderClose(int64_t id);
+
+}  // namespace np::io

@@ -1,0 +1,314 @@
+// Direct-I/O loader (native/src/io): both backends, O_DIRECT on/off, several queue depths,
+// checked byte for byte against fs.readFileSync (independent reference).
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { closeSync, existsSync, fsyncSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Worker } from "node:worker_threads";
+import { native } from "../../src/native.js";
+
+const N = native();
+const MiB = 1 << 20;
+const BLK = 4096;
+
+let dir = "";
+let file = "";
+let ref: Buffer;
+
+/** Deterministic content: xorshift32 words. */
+function content(bytes: number, seed: number): Buffer {
+  const b = Buffer.alloc(bytes);
+  const w = new Uint32Array(b.buffer, b.byteOffset, bytes >>> 2);
+  let x = seed >>> 0 || 1;
+  for (let i = 0; i < w.length; i++) {
+    x ^= x << 13; x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5; x >>>= 0;
+    w[i] = x;
+  }
+  return b;
+}
+
+function writeFile(path: string, data: Buffer): void {
+  const fd = openSync(path, "w");
+  let off = 0;
+  while (off < data.length) off += writeSync(fd, data, off, Math.min(64 * MiB, data.length - off), off);
+  fsyncSync(fd);
+  closeSync(fd);
+}
+
+/** Deterministic pseudo-random block indices. */
+function blocks(n: number, nBlocks: number, seed: number): number[] {
+  let s = seed >>> 0;
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    out.push(s % nBlocks);
+  }
+  return out;
+}
+
+const uringOk = (() => {
+  if (!N.buildInfo().liburing) return false;
+  const d = mkdtempSync(join(tmpdir(), "np-io-probe-"));
+  try {
+    const p = join(d, "probe");
+    writeFile(p, Buffer.alloc(BLK));
+    const id = N.openLoader(p, { backend: "uring", queueDepth: 1, directIO: false });
+    N.closeLoader(id);
+    return true;
+  } catch {
+    return false;
+  } finally {
+    rmSync(d, { recursive: true, force: true });
+  }
+})();
+const backends: ("uring" | "pread")[] = uringOk ? ["uring", "pread"] : ["pread"];
+
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), "np-io-"));
+  file = join(dir, "data.bin");
+  ref = content(8 * MiB, 12345);
+  writeFile(file, ref);
+});
+afterAll(() => {
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+/** Reads `idx` blocks (1–3 blocks long) into a fresh buffer, packed; returns the buffer bytes. */
+function readBlocks(loader: number, idx: number[], lens: number[]): { got: Buffer; want: Buffer } {
+  const total = lens.reduce((a, b) => a + b, 0) * BLK;
+  const buf = N.alloc(total);
+  const req = new Float64Array(idx.length * 4);
+  const want = Buffer.alloc(total);
+  let dst = 0;
+  for (let i = 0; i < idx.length; i++) {
+    const off = idx[i] * BLK;
+    const len = lens[i] * BLK;
+    req.set([off, len, buf, dst], i * 4);
+    ref.copy(want, dst, off, off + len);
+    dst += len;
+  }
+  expect(N.readBatch(loader, req)).toBe(total);
+  const got = Buffer.from(N.viewU8(buf, 0, total));
+  N.free(buf);
+  return { got, want };
+}
+
+describe("direct-I/O loader", () => {
+  it("reports the chosen backend", () => {
+    const id = N.openLoader(file, { backend: "auto", queueDepth: 8, directIO: true });
+    const info = N.loaderInfo(id);
+    expect(info.backend).toBe(uringOk ? "uring" : "pread");
+    expect(info.queueDepth).toBe(8);
+    expect(info.directIO).toBe(true);
+    expect(info.fileSize).toBe(8 * MiB);
+    N.closeLoader(id);
+    expect(() => N.loaderInfo(id)).toThrow(/loaderInfo: loader \d+ is not an open loader/);
+    const p = N.openLoader(file, { backend: "pread", queueDepth: 4, directIO: false, threads: 2 });
+    expect(N.loaderInfo(p)).toMatchObject({ backend: "pread", threads: 2, directIO: false });
+    N.closeLoader(p);
+  });
+
+  for (const backend of backends)
+    for (const directIO of [true, false])
+      for (const queueDepth of [1, 8, 32])
+        it(`${backend} directIO=${directIO} depth ${queueDepth}: random blocks match readFileSync`, () => {
+          const id = N.openLoader(file, { backend, queueDepth, directIO });
+          expect(N.loaderInfo(id).backend).toBe(backend);
+          const nBlocks = (8 * MiB) / BLK;
+          const idx = blocks(300, nBlocks - 3, queueDepth * 7 + (directIO ? 1 : 0));
+          const lens = blocks(300, 3, queueDepth + 99).map((x) => x + 1);
+          idx.push(0, nBlocks - 1); // first and last block
+          lens.push(1, 1);
+          const { got, want } = readBlocks(id, idx, lens);
+          expect(got.equals(want)).toBe(true);
+          N.closeLoader(id);
+        });
+
+  it("both backends give identical bytes", () => {
+    const idx = blocks(500, (8 * MiB) / BLK, 777);
+    const lens = idx.map(() => 1);
+    const results = backends.map((backend) => {
+      const id = N.openLoader(file, { backend, queueDepth: 16, directIO: true });
+      const r = readBlocks(id, idx, lens);
+      N.closeLoader(id);
+      return r;
+    });
+    for (const r of results) expect(r.got.equals(r.want)).toBe(true);
+    if (results.length === 2) expect(results[0].got.equals(results[1].got)).toBe(true);
+  });
+
+  it("unaligned reads work without O_DIRECT", () => {
+    for (const backend of backends) {
+      const id = N.openLoader(file, { backend, queueDepth: 4, directIO: false });
+      const buf = N.alloc(10000);
+      N.readBatch(id, new Float64Array([12345, 777, buf, 3, 1000001, 5000, buf, 1000]));
+      const v = N.viewU8(buf, 0, 10000);
+      expect(Buffer.from(v.subarray(3, 780)).equals(ref.subarray(12345, 12345 + 777))).toBe(true);
+      expect(Buffer.from(v.subarray(1000, 6000)).equals(ref.subarray(1000001, 1005001))).toBe(true);
+      N.free(buf);
+      N.closeLoader(id);
+    }
+  });
+
+  it("misaligned O_DIRECT requests throw a RangeError naming the request", () => {
+    for (const backend of backends) {
+      const id = N.openLoader(file, { backend, queueDepth: 4, directIO: true });
+      const buf = N.alloc(4 * BLK);
+      const ok = [0, BLK, buf, 0];
+      expect(() => N.readBatch(id, new Float64Array([...ok, 100, BLK, buf, 0]))).toThrow(RangeError);
+      expect(() => N.readBatch(id, new Float64Array([...ok, 100, BLK, buf, 0]))).toThrow(
+        /readBatch: request 1 \(fileOffset 100.*fileOffset 100 is not 4096-aligned/,
+      );
+      expect(() => N.readBatch(id, new Float64Array([0, 1000, buf, 0]))).toThrow(
+        /request 0 .*length 1000 is not a multiple of 4096/,
+      );
+      expect(() => N.readBatch(id, new Float64Array([0, BLK, buf, 512]))).toThrow(
+        /request 0 .*destination address \(dstOffset 512\) is not 4096-aligned/,
+      );
+      // destination bounds
+      expect(() => N.readBatch(id, new Float64Array([0, 2 * BLK, buf, 3 * BLK]))).toThrow(
+        /request 0 .*destination out of range: need 8192 bytes at offset 12288, buffer has 16384/,
+      );
+      expect(() => N.readBatch(id, new Float64Array([0, BLK, 987654, 0]))).toThrow(/buffer 987654 is not a live buffer/);
+      expect(() => N.readBatch(id, new Float64Array([0, BLK, buf]))).toThrow(/not a multiple of 4/);
+      expect(() => N.readBatch(id, new Float64Array([-4096, BLK, buf, 0]))).toThrow(/fileOffset must be a non-negative integer/);
+      N.free(buf);
+      N.closeLoader(id);
+    }
+  });
+
+  it("refuses a read-only file mapping as destination", () => {
+    const m = N.mapFile(file);
+    const id = N.openLoader(file, { backend: "pread", queueDepth: 1, directIO: false });
+    expect(() => N.readBatch(id, new Float64Array([0, BLK, m.id, 0]))).toThrow(/read-only file mapping/);
+    N.closeLoader(id);
+    N.free(m.id);
+  });
+
+  for (const backend of backends)
+    for (const directIO of [true, false])
+      it(`${backend} directIO=${directIO}: a request past EOF is an error naming file and offset`, () => {
+        const id = N.openLoader(file, { backend, queueDepth: 8, directIO });
+        const buf = N.alloc(4 * BLK);
+        const end = 8 * MiB;
+        // runs 4096 bytes past the end
+        expect(() => N.readBatch(id, new Float64Array([0, BLK, buf, 0, end - BLK, 2 * BLK, buf, BLK]))).toThrow(
+          `readBatch: ${file}: short read at offset ${end - BLK}: got 4096 of 8192 bytes`,
+        );
+        // entirely past the end
+        expect(() => N.readBatch(id, new Float64Array([end + BLK, BLK, buf, 0]))).toThrow(
+          `readBatch: ${file}: short read at offset ${end + BLK}: got 0 of 4096 bytes`,
+        );
+        // the loader still works afterwards
+        N.readBatch(id, new Float64Array([BLK, BLK, buf, 0]));
+        expect(Buffer.from(N.viewU8(buf, 0, BLK)).equals(ref.subarray(BLK, 2 * BLK))).toBe(true);
+        N.free(buf);
+        N.closeLoader(id);
+      });
+
+  it("an I/O error names the file, offset and length (EIO from /proc/self/mem)", () => {
+    if (!existsSync("/proc/self/mem")) return;
+    for (const backend of backends) {
+      const id = N.openLoader("/proc/self/mem", { backend, queueDepth: 4, directIO: false });
+      const buf = N.alloc(2 * BLK);
+      expect(() => N.readBatch(id, new Float64Array([0, BLK, buf, 0, BLK, BLK, buf, BLK]))).toThrow(
+        /^readBatch: \/proc\/self\/mem: read failed at offset 0 \(length 4096\): /,
+      );
+      N.free(buf);
+      N.closeLoader(id);
+    }
+  });
+
+  it("one loader shared by two worker threads (batches are serialised per loader)", async () => {
+    const addon =
+      process.env.NEURONPIPE_ADDON ?? join(dirname(fileURLToPath(import.meta.url)), "../../native/build/Release/neuronpipe.node");
+    for (const backend of backends) {
+      const id = N.openLoader(file, { backend, queueDepth: 8, directIO: true });
+      const code = `
+        const { parentPort, workerData } = require("node:worker_threads");
+        const N = require(workerData.addon);
+        const { id, seed } = workerData;
+        const nb = 64, BLK = 4096, nBlocks = (8 << 20) / BLK;
+        const buf = N.alloc(nb * BLK);
+        const offs = [];
+        let s = seed;
+        for (let r = 0; r < 20; r++) {
+          const req = new Float64Array(nb * 4);
+          for (let i = 0; i < nb; i++) {
+            s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+            offs[i] = (s % nBlocks) * BLK;
+            req.set([offs[i], BLK, buf, i * BLK], i * 4);
+          }
+          N.readBatch(id, req);
+        }
+        const out = Buffer.from(N.viewU8(buf, 0, nb * BLK));
+        N.free(buf);
+        parentPort.postMessage({ offs, out });
+      `;
+      const run = (seed: number) =>
+        new Promise<{ offs: number[]; out: Uint8Array }>((resolve, reject) => {
+          const w = new Worker(code, { eval: true, workerData: { addon, id, seed } });
+          w.once("message", resolve);
+          w.once("error", reject);
+        });
+      const res = await Promise.all([run(1), run(2)]);
+      for (const r of res) {
+        const out = Buffer.from(r.out);
+        r.offs.forEach((off, i) =>
+          expect(out.subarray(i * BLK, (i + 1) * BLK).equals(ref.subarray(off, off + BLK))).toBe(true),
+        );
+      }
+      N.closeLoader(id);
+    }
+  });
+
+  it("missing file → error naming it; bad options → clear errors", () => {
+    const missing = join(dir, "nope.bin");
+    for (const backend of ["auto", "pread"] as const)
+      expect(() => N.openLoader(missing, { backend, queueDepth: 4, directIO: true })).toThrow(
+        `openLoader: ${missing}: cannot open: No such file or directory`,
+      );
+    expect(() => N.openLoader(file, { backend: "x" as never, queueDepth: 4, directIO: false })).toThrow(/opts.backend/);
+    expect(() => N.openLoader(file, { backend: "pread", queueDepth: 0, directIO: false })).toThrow(/opts.queueDepth out of range/);
+    expect(() => N.openLoader(dir, { backend: "pread", queueDepth: 1, directIO: false })).toThrow(/is a directory/);
+    if (!uringOk)
+      expect(() => N.openLoader(file, { backend: "uring", queueDepth: 4, directIO: false })).toThrow(/io_uring/);
+    expect(() => N.closeLoader(999999)).toThrow(/closeLoader: loader 999999 is not an open loader/);
+  });
+
+  it("throughput (printed, not asserted): 4 KiB random O_DIRECT reads, 256 MiB file", { timeout: 120000 }, () => {
+    const big = join(dir, "big.bin");
+    const size = 256 * MiB;
+    const fd = openSync(big, "w");
+    const chunk = content(16 * MiB, 99);
+    for (let off = 0; off < size; off += chunk.length) writeSync(fd, chunk, 0, chunk.length, off);
+    fsyncSync(fd);
+    closeSync(fd);
+    const nBlocks = size / BLK;
+    const batch = 256;
+    const buf = N.alloc(batch * BLK);
+    const lines: string[] = [];
+    for (const backend of backends)
+      for (const queueDepth of [1, 32]) {
+        const id = N.openLoader(big, { backend, queueDepth, directIO: true });
+        let seed = 4242 + queueDepth;
+        let bytes = 0;
+        const t0 = performance.now();
+        while (performance.now() - t0 < 1500) {
+          const idx = blocks(batch, nBlocks, seed++);
+          const req = new Float64Array(batch * 4);
+          for (let i = 0; i < batch; i++) req.set([idx[i] * BLK, BLK, buf, i * BLK], i * 4);
+          bytes += N.readBatch(id, req);
+        }
+        const s = (performance.now() - t0) / 1000;
+        lines.push(`${backend} depth ${queueDepth}: ${(bytes / MiB / s).toFixed(1)} MiB/s (${Math.round(bytes / BLK / s)} IOPS)`);
+        N.closeLoader(id);
+      }
+    N.free(buf);
+    rmSync(big, { force: true });
+    console.log("[io throughput, 4 KiB random O_DIRECT reads]\n  " + lines.join("\n  "));
+  });
+});
