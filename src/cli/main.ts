@@ -14,6 +14,7 @@ import { requantize } from "../convert/requantize.js";
 import { activationSparsity, perplexity } from "../eval/evaluate.js";
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import { profileActivations, writeProfile } from "../sparse/profile.js";
+import { formatReport, trainPredictors, writePredictors } from "../sparse/predictor.js";
 import { parseBytes, formatBytes, progressBar } from "./format.js";
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
@@ -439,6 +440,66 @@ commands.profile = {
           );
         }
       }
+    } finally {
+      model.dispose();
+    }
+  },
+};
+
+commands["train-predictor"] = {
+  summary: "train per-layer activation predictors fc2(relu(fc1(x))) in native code on collected activations",
+  usage: "neuronpipe train-predictor [--model PATH] [--corpus FILE|DIR] [--out PATH] [--epochs 3] [--target-recall 0.998]",
+  options: {
+    model: { type: "string", short: "m" },
+    corpus: { type: "string", short: "c" },
+    out: { type: "string", short: "o" },
+    epochs: { type: "string" },
+    "target-recall": { type: "string" },
+    "train-fraction": { type: "string" },
+    "max-tokens": { type: "string", short: "n" },
+    seed: { type: "string" },
+    threads: { type: "string" },
+    json: { type: "boolean" },
+    help: { type: "boolean", short: "h" },
+  },
+  help: {
+    model: "GGUF model (default: the default model)",
+    corpus: "text file or directory (default: the bundled held-out text); the first --train-fraction trains, the rest evaluates",
+    out: "output file (default: MODEL.predictor.gguf next to the model)",
+    epochs: "passes over the training activations (default 3)",
+    "target-recall": "each layer's threshold is the largest reaching this recall on the training split (default 0.998)",
+    "train-fraction": "share of the corpus tokens used for training (default 0.8)",
+    "max-tokens": "use at most N corpus tokens",
+    seed: "initialisation and shuffling seed (default 1); training is deterministic",
+    threads: "compute threads for the collection passes",
+    json: "print the report as JSON",
+  },
+  async run(v) {
+    const epochs = num(v.epochs, "epochs", { int: true, min: 1 });
+    const targetRecall = num(v["target-recall"], "target-recall", { min: 0 });
+    const trainFraction = num(v["train-fraction"], "train-fraction", { min: 0 });
+    const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: 2 });
+    const seed = num(v.seed, "seed", { int: true });
+    const threads = num(v.threads, "threads", { int: true, min: 1 });
+    const path = (v.model as string | undefined) ?? (await defaultModelPath());
+    const corpus = (v.corpus as string | undefined) ?? bundledHeldout();
+    const out = (v.out as string | undefined) ?? `${path}.predictor.gguf`;
+    const model = await loadModel(path, { threads });
+    try {
+      if (model.config.activation === "swiglu") throw new Error(`${path}: SwiGLU FFNs have no exact zeros to predict (ReGLU/dReLU models only)`);
+      let tokens = corpusTokens(model, corpus);
+      if (maxTokens !== undefined) tokens = tokens.slice(0, maxTokens);
+      const bars: Record<string, (d: number, t: number) => void> = {};
+      const r = trainPredictors(model, tokens, {
+        epochs,
+        targetRecall,
+        trainFraction,
+        seed,
+        onProgress: (phase, d, t) => (bars[phase] ??= progressBar(phase))(d, t),
+      });
+      await writePredictors(out, r, { modelName: String(model.file.metadata.get("general.name")?.value ?? path), corpus });
+      if (v.json) process.stdout.write(JSON.stringify({ out, report: r.report, meanRecall: r.meanRecall, predictorParams: r.predictorParams, ffnParams: r.ffnParams }) + "\n");
+      else process.stdout.write(`${formatReport(r)}\nwrote ${out}\n`);
     } finally {
       model.dispose();
     }

@@ -30,7 +30,7 @@ describe("neuronpipe CLI", () => {
   it("--help on every command", async () => {
     const top = await cli("--help");
     expect(top.code).toBe(0);
-    for (const c of ["generate", "inspect", "synth", "quantize", "convert", "eval"]) {
+    for (const c of ["generate", "inspect", "synth", "quantize", "convert", "eval", "profile", "train-predictor"]) {
       expect(top.out).toContain(c);
       const h = await cli(c, "--help");
       expect(h.code).toBe(0);
