@@ -375,6 +375,7 @@ commands.eval = {
 
 /** Token ids of a text file, or of every file in a directory (each a document with BOS). */
 function corpusTokens(model: Awaited<ReturnType<typeof loadModel>>, path: string): number[] {
+  if (!existsSync(path)) throw new Error(`corpus ${path}: no such file or directory`);
   const files = statSync(path).isDirectory()
     ? readdirSync(path)
         .sort()
@@ -383,6 +384,24 @@ function corpusTokens(model: Awaited<ReturnType<typeof loadModel>>, path: string
     : [path];
   if (files.length === 0) throw new Error(`${path}: no files to read`);
   return files.flatMap((f) => model.tokenizer.encode(readFileSync(f, "utf8")));
+}
+
+/** Load a ReLU-family model and the corpus tokens for the profile/predictor commands. */
+async function reluModelAndCorpus(v: Record<string, string | boolean | undefined>, minTokens: number) {
+  const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: minTokens });
+  const threads = num(v.threads, "threads", { int: true, min: 1 });
+  const path = (v.model as string | undefined) ?? (await defaultModelPath());
+  const corpus = (v.corpus as string | undefined) ?? bundledHeldout();
+  const model = await loadModel(path, { threads });
+  try {
+    if (model.config.activation === "swiglu") throw new Error(`${path}: SwiGLU FFNs have no exact zeros (ReGLU/dReLU models only)`);
+    let tokens = corpusTokens(model, corpus);
+    if (maxTokens !== undefined) tokens = tokens.slice(0, maxTokens);
+    return { model, path, corpus, tokens };
+  } catch (e) {
+    model.dispose();
+    throw e;
+  }
 }
 
 commands.profile = {
@@ -409,16 +428,9 @@ commands.profile = {
   },
   async run(v) {
     const ctx = num(v.ctx, "ctx", { int: true, min: 2 }) ?? 256;
-    const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: 1 });
-    const threads = num(v.threads, "threads", { int: true, min: 1 });
-    const path = (v.model as string | undefined) ?? (await defaultModelPath());
-    const corpus = (v.corpus as string | undefined) ?? bundledHeldout();
+    const { model, path, corpus, tokens } = await reluModelAndCorpus(v, 1);
     const out = (v.out as string | undefined) ?? `${path}.profile.gguf`;
-    const model = await loadModel(path, { threads });
     try {
-      if (model.config.activation === "swiglu") throw new Error(`${path}: SwiGLU FFNs have no exact zeros to profile (ReGLU/dReLU models only)`);
-      let tokens = corpusTokens(model, corpus);
-      if (maxTokens !== undefined) tokens = tokens.slice(0, maxTokens);
       const p = profileActivations(model, tokens, ctx, { corpus, onProgress: progressBar(`profiling ${tokens.length} tokens`) });
       await writeProfile(out, p);
       const rows = p.layers.map((l, i) => ({
@@ -478,17 +490,10 @@ commands["train-predictor"] = {
     const epochs = num(v.epochs, "epochs", { int: true, min: 1 });
     const targetRecall = num(v["target-recall"], "target-recall", { min: 0 });
     const trainFraction = num(v["train-fraction"], "train-fraction", { min: 0 });
-    const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: 2 });
     const seed = num(v.seed, "seed", { int: true });
-    const threads = num(v.threads, "threads", { int: true, min: 1 });
-    const path = (v.model as string | undefined) ?? (await defaultModelPath());
-    const corpus = (v.corpus as string | undefined) ?? bundledHeldout();
+    const { model, path, corpus, tokens } = await reluModelAndCorpus(v, 2);
     const out = (v.out as string | undefined) ?? `${path}.predictor.gguf`;
-    const model = await loadModel(path, { threads });
     try {
-      if (model.config.activation === "swiglu") throw new Error(`${path}: SwiGLU FFNs have no exact zeros to predict (ReGLU/dReLU models only)`);
-      let tokens = corpusTokens(model, corpus);
-      if (maxTokens !== undefined) tokens = tokens.slice(0, maxTokens);
       const bars: Record<string, (d: number, t: number) => void> = {};
       const r = trainPredictors(model, tokens, {
         epochs,
