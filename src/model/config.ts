@@ -49,6 +49,14 @@ export function readConfig(f: GGUFFile): ModelConfig {
   const nHead = requireNumber(f, k("attention.head_count"));
   const nHeadKv = metaNumber(f, k("attention.head_count_kv")) ?? nHead;
   const nLayer = requireNumber(f, k("block_count"));
+  // refuse what we would otherwise compute wrongly
+  const scaling = metaString(f, k("rope.scaling.type"));
+  if ((scaling !== undefined && scaling !== "none") || f.tensorsByName.has("rope_freqs.weight")) {
+    throw new GGUFError(f.path, `rope scaling (${scaling ?? "rope_freqs.weight"}) is not supported yet (Llama 3.1-style long-context models)`);
+  }
+  if (arch !== "smallthinker" && (metaNumber(f, k("expert_count")) ?? 0) > 0) {
+    throw new GGUFError(f.path, `mixture-of-experts models (${k("expert_count")} = ${metaNumber(f, k("expert_count"))}) are not supported`);
+  }
   if (arch === "smallthinker") {
     const experts = metaNumber(f, k("expert_count")) ?? 1;
     if (experts !== 1) {

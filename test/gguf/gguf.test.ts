@@ -183,3 +183,31 @@ describe("GGUF writer", () => {
     expect(() => readFileSync(p)).toThrow();
   });
 });
+
+describe("model config refusals", () => {
+  it("names unsupported rope scaling, MoE and architectures", async () => {
+    const { readConfig } = await import("../../src/model/config.js");
+    const base = () => {
+      const w = new GGUFWriter();
+      w.setString("general.architecture", "llama");
+      w.setU32("llama.embedding_length", 64).setU32("llama.block_count", 1).setU32("llama.feed_forward_length", 128);
+      w.setU32("llama.attention.head_count", 4);
+      w.setArray("tokenizer.ggml.tokens", ValueType.STRING, ["a", "b"]);
+      return w;
+    };
+    const write = async (w: GGUFWriter, name: string) => {
+      const p = join(dir, name);
+      await w.write(p);
+      return readGGUF(p);
+    };
+    expect(readConfig(await write(base(), "ok-config.gguf")).activation).toBe("swiglu");
+    const scaled = base().setString("llama.rope.scaling.type", "yarn");
+    await expect(write(scaled, "yarn.gguf").then(readConfig)).rejects.toThrow(/rope scaling \(yarn\) is not supported/);
+    const moe = base().setU32("llama.expert_count", 8);
+    await expect(write(moe, "moe.gguf").then(readConfig)).rejects.toThrow(/mixture-of-experts .* = 8\) are not supported/);
+    const gpt = base().setString("general.architecture", "gpt2");
+    await expect(write(gpt, "gpt2.gguf").then(readConfig)).rejects.toThrow(/unsupported architecture "gpt2"/);
+    const act = base().setString("neuronpipe.ffn_activation", "gelu");
+    await expect(write(act, "gelu.gguf").then(readConfig)).rejects.toThrow(/neuronpipe.ffn_activation = "gelu" is not one of/);
+  });
+});
