@@ -5,7 +5,6 @@
 // onFfnActivations hook fires after gatedAct and before `x += W_down·hb`, so at that moment
 // rs.x still holds exactly the FFN block's input residual (and rs.hb the gated activations).
 // Label: neuron i is active for a token when hb[i] != 0 (for ReGLU exactly relu(gate)·up ≠ 0).
-import { readFileSync } from "node:fs";
 import { readGGUF } from "../gguf/reader.js";
 import { GGUFWriter } from "../gguf/writer.js";
 import { ValueType } from "../gguf/types.js";
@@ -321,42 +320,43 @@ export async function writePredictors(path: string, r: PredictorResult, extra: {
  */
 export function readPredictors(path: string): { nEmbd: number; nFF: number; layers: LayerPredictor[] } {
   const f = readGGUF(path);
-  const buf = readFileSync(path);
   const thrArr = f.metadata.get("neuronpipe.predictor.threshold")?.value as Float32Array | number[] | undefined;
   const thrGlobal = Number(f.metadata.get("powerinfer.sparse_threshold")?.value ?? 0);
   const layers: LayerPredictor[] = [];
   let nEmbd = 0;
   let nFF = 0;
+  // map the file (a PowerInfer model holds GBs of weights besides the predictors) and convert
+  // rows with the native dequantiser
+  const n = native();
+  const mapped = n.mapFile(path);
   const load = (name: string, cols: number, rows: number): Float32Array => {
     const t = f.tensorsByName.get(name)!;
-    const out = new Float32Array(cols * rows);
-    if (t.type === 0) for (let i = 0; i < out.length; i++) out[i] = buf.readFloatLE(t.offset + 4 * i);
-    else if (t.type === 1) for (let i = 0; i < out.length; i++) out[i] = f16ToF32(buf.readUInt16LE(t.offset + 2 * i));
-    else throw new Error(`${path}: tensor ${name} has type ${t.type}; only F32 (0) and F16 (1) predictors are supported`);
-    return out;
+    if (t.type !== 0 && t.type !== 1) throw new Error(`${path}: tensor ${name} has type ${t.type}; only F32 (0) and F16 (1) predictors are supported`);
+    const dst = n.alloc(cols * rows * 4);
+    try {
+      for (let r = 0; r < rows; r++) n.dequantizeRow(t.type, mapped.id, t.offset, cols, r, dst, r * cols * 4);
+      return Float32Array.from(n.viewF32(dst, 0, cols * rows));
+    } finally {
+      n.free(dst);
+    }
   };
-  for (let i = 0; ; i++) {
-    const t1 = f.tensorsByName.get(`blk.${i}.fc1.weight`);
-    const t2 = f.tensorsByName.get(`blk.${i}.fc2.weight`);
-    if (!t1 && !t2) break;
-    if (!t1 || !t2) throw new Error(`${path}: layer ${i} has only one of fc1/fc2`);
-    const [e, h] = [t1.ne[0]!, t1.ne[1] ?? 1];
-    if (t2.ne[0] !== h) throw new Error(`${path}: blk.${i}.fc2.weight ne[0] ${t2.ne[0]} ≠ fc1 hidden ${h}`);
-    const ff = t2.ne[1] ?? 1;
-    if (i === 0) [nEmbd, nFF] = [e, ff];
-    else if (e !== nEmbd || ff !== nFF) throw new Error(`${path}: blk.${i} predictor shape [${e}, ${ff}] differs from layer 0 [${nEmbd}, ${nFF}]`);
-    const thr = thrArr !== undefined && i < thrArr.length ? Number(thrArr[i]) : thrGlobal;
-    layers.push({ hidden: h, fc1: load(`blk.${i}.fc1.weight`, e, h), fc2: load(`blk.${i}.fc2.weight`, h, ff), threshold: thr });
+  try {
+    for (let i = 0; ; i++) {
+      const t1 = f.tensorsByName.get(`blk.${i}.fc1.weight`);
+      const t2 = f.tensorsByName.get(`blk.${i}.fc2.weight`);
+      if (!t1 && !t2) break;
+      if (!t1 || !t2) throw new Error(`${path}: layer ${i} has only one of fc1/fc2`);
+      const [e, h] = [t1.ne[0]!, t1.ne[1] ?? 1];
+      if (t2.ne[0] !== h) throw new Error(`${path}: blk.${i}.fc2.weight ne[0] ${t2.ne[0]} ≠ fc1 hidden ${h}`);
+      const ff = t2.ne[1] ?? 1;
+      if (i === 0) [nEmbd, nFF] = [e, ff];
+      else if (e !== nEmbd || ff !== nFF) throw new Error(`${path}: blk.${i} predictor shape [${e}, ${ff}] differs from layer 0 [${nEmbd}, ${nFF}]`);
+      const thr = thrArr !== undefined && i < thrArr.length ? Number(thrArr[i]) : thrGlobal;
+      layers.push({ hidden: h, fc1: load(`blk.${i}.fc1.weight`, e, h), fc2: load(`blk.${i}.fc2.weight`, h, ff), threshold: thr });
+    }
+  } finally {
+    n.free(mapped.id);
   }
   if (layers.length === 0) throw new Error(`${path}: no predictor tensors (blk.N.fc1.weight / blk.N.fc2.weight)`);
   return { nEmbd, nFF, layers };
-}
-
-function f16ToF32(h: number): number {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const m = h & 0x3ff;
-  if (e === 0) return s * m * 2 ** -24;
-  if (e === 31) return m ? NaN : s * Infinity;
-  return s * (1 + m / 1024) * 2 ** (e - 15);
 }
