@@ -75,6 +75,10 @@ export interface NativeAddon {
   viewU8(id: number, byteOffset: number, count: number): Uint8Array;
   /** Copy bytes between buffers (both bounds-checked). */
   copy(dst: number, dstOff: number, src: number, srcOff: number, nbytes: number): void;
+  /** Many copies in one call: requests are [dstOff, srcOff, nbytes] triples; all are bounds-checked first. */
+  copyBatch(dst: number, src: number, requests: Float64Array): void;
+  /** Bytes of the buffer's pages resident in RAM, as the kernel reports them (mincore). */
+  residentBytes(id: number): number;
   /** Bytes a row of `cols` elements takes in a weight type (cols must fit its block size). */
   rowBytes(type: number, cols: number): number;
 
@@ -89,10 +93,13 @@ export interface NativeAddon {
   // ---- kernels (all f32 activations) ----------------------------------------------
   /** y[r] = W[r,:] · x, r < rows. Quantised types quantise x per block to Q8_0 first (as llama.cpp). */
   matvec(type: number, w: number, wOff: number, rows: number, cols: number, x: number, xOff: number, y: number, yOff: number): void;
-  /** y[k] = W[idx[k],:] · x for k < nIdx (idx: int32, each < rows). Compact output. */
-  matvecRows(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, x: number, xOff: number, y: number, yOff: number): void;
-  /** out[c] += Σ_k coef[k] · W[idx[k], c], k in ascending order (down projection stored one row per neuron). */
-  axpyRows(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, coef: number, coefOff: number, out: number, outOff: number): void;
+  /**
+   * y[k] = W[idx[k],:] · x for k < nIdx (idx: int32, each < rows). Compact output. Row r starts
+   * at wOff + r·rowStride (default: packed rows; neuron-cache slots interleave gate/up/down rows).
+   */
+  matvecRows(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, x: number, xOff: number, y: number, yOff: number, rowStride?: number): void;
+  /** out[c] += Σ_k coef[k] · W[idx[k], c], k in ascending order (down projection stored one row per neuron). rowStride as matvecRows. */
+  axpyRows(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, coef: number, coefOff: number, out: number, outOff: number, rowStride?: number): void;
   /** Y[t, r] = W[r,:] · X[t,:] for t < nTok: X is (nTok, cols), Y is (nTok, rows). */
   matmul(type: number, w: number, wOff: number, rows: number, cols: number, x: number, xOff: number, nTok: number, y: number, yOff: number): void;
   /** out[t] = x[t] / rms(x[t]) * weight, for nTok rows of n (weight f32). */

@@ -78,16 +78,30 @@ export class Session extends EventEmitter<SessionEvents> {
   ) {
     super();
     const cfg = model.config;
-    this.contextSize = opts.contextSize ?? Math.min(cfg.nCtxTrain, 2048);
-    this.batchSize = opts.batchSize ?? 256;
+    const plan = model.sparse?.plan.options; // a sparse model's memory plan reserved one session of this size
+    this.contextSize = opts.contextSize ?? plan?.contextSize ?? Math.min(cfg.nCtxTrain, 2048);
+    this.batchSize = opts.batchSize ?? plan?.batchSize ?? 256;
+    if (plan && (this.contextSize > plan.contextSize || this.batchSize > plan.batchSize)) {
+      throw new RangeError(
+        `session of context ${this.contextSize} / batch ${this.batchSize} exceeds the memory plan of ${model.path} (context ${plan.contextSize}, batch ${plan.batchSize}); load the model with a larger contextSize/batchSize`,
+      );
+    }
     if (!(Number.isInteger(this.contextSize) && this.contextSize >= 1)) {
       throw new RangeError(`contextSize must be a whole number ≥ 1, got ${this.contextSize}`);
     }
     if (!(Number.isInteger(this.batchSize) && this.batchSize >= 1)) {
       throw new RangeError(`batchSize must be a whole number ≥ 1, got ${this.batchSize}`);
     }
-    this.rs = createRunState(cfg, this.batchSize);
+    if (plan && opts.kvType === "f32") throw new RangeError("a sparse model's memory plan reserves an F16 KV cache");
+    this.rs = createRunState(cfg, this.batchSize, !model.weights.sparseFfn);
     this.kv = createKVCache(cfg, this.contextSize, opts.kvType === "f32" ? GGMLType.F32 : GGMLType.F16);
+    try {
+      model.sparse?.addSessionBuffers([this.rs.buf, this.kv.buf]);
+    } catch (e) {
+      native().free(this.rs.buf);
+      native().free(this.kv.buf);
+      throw e;
+    }
   }
 
   /** Native bytes held by this session (KV cache + scratch). */
@@ -255,6 +269,7 @@ export class Session extends EventEmitter<SessionEvents> {
     if (this.disposed) return;
     this.disposed = true;
     const n = native();
+    this.model.sparse?.removeSessionBuffers([this.rs.buf, this.kv.buf]);
     n.free(this.rs.buf);
     n.free(this.kv.buf);
     this.emit("disposed");

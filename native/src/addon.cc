@@ -2,6 +2,10 @@
 // Errors are JS exceptions (TypeError for malformed arguments, RangeError for values or
 // buffer ranges that do not fit) whose message starts with the function name and names
 // the offending argument.
+#include <sys/mman.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
 #include <napi.h>
 
 #include <cmath>
@@ -249,6 +253,64 @@ Napi::Value Copy(const Napi::CallbackInfo& info) {
   return Undef(info);
 }
 
+// copyBatch(dst, src, requests: Float64Array of [dstOff, srcOff, nbytes] per copy): many small
+// copies in one call (neuron rows from an I/O staging buffer into cache slots). Every request
+// is bounds-checked before any byte moves.
+Napi::Value CopyBatch(const Napi::CallbackInfo& info) {
+  Ctx c{info, "copyBatch", {}};
+  c.argc(3);
+  if (!info[2].IsTypedArray() || info[2].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
+    c.typeErr("requests must be a Float64Array of [dstOff, srcOff, nbytes] per copy");
+  Napi::Float64Array a = info[2].As<Napi::Float64Array>();
+  if (a.ElementLength() % 3 != 0) c.rangeErr("requests length " + std::to_string(a.ElementLength()) + " is not a multiple of 3");
+  const size_t n = a.ElementLength() / 3;
+  const int64_t dId = c.idx(0, "dst buffer id"), sId = c.idx(1, "src buffer id");
+  BufferRef d = np::registryGet(dId), s = np::registryGet(sId);
+  if (!d) c.rangeErr("dst buffer " + std::to_string(dId) + " is not a live buffer");
+  if (!s) c.rangeErr("src buffer " + std::to_string(sId) + " is not a live buffer");
+  if (d->kind == np::BufKind::Mapped) c.rangeErr("dst buffer " + std::to_string(dId) + " is a read-only file mapping");
+  const double* r = a.Data();
+  auto whole = [](double v) { return std::isfinite(v) && v >= 0 && v == std::floor(v) && v <= 9007199254740991.0; };
+  for (size_t i = 0; i < n; i++) {
+    const double dOff = r[3 * i], sOff = r[3 * i + 1], len = r[3 * i + 2];
+    if (!whole(dOff) || !whole(sOff) || !whole(len))
+      c.rangeErr("request " + std::to_string(i) + ": offsets and length must be whole numbers >= 0");
+    if (dOff + len > (double)d->size)
+      c.rangeErr("request " + std::to_string(i) + ": dst range [" + Ctx::fmt(dOff) + ", " + Ctx::fmt(dOff + len) +
+                 ") outside buffer of " + std::to_string(d->size) + " bytes");
+    if (sOff + len > (double)s->size)
+      c.rangeErr("request " + std::to_string(i) + ": src range [" + Ctx::fmt(sOff) + ", " + Ctx::fmt(sOff + len) +
+                 ") outside buffer of " + std::to_string(s->size) + " bytes");
+  }
+  for (size_t i = 0; i < n; i++)
+    if (r[3 * i + 2] > 0) std::memmove(d->ptr + (size_t)r[3 * i], s->ptr + (size_t)r[3 * i + 1], (size_t)r[3 * i + 2]);
+  return Undef(info);
+}
+
+// residentBytes(id): bytes of the buffer's pages resident in RAM, measured by the kernel
+// (mincore). For an anonymous allocation that is what this process holds; for a file
+// mapping it is the page-cache residency of the mapped range.
+Napi::Value ResidentBytes(const Napi::CallbackInfo& info) {
+  Ctx c{info, "residentBytes", {}};
+  c.argc(1);
+  const int64_t id = c.idx(0, "id");
+  BufferRef b = np::registryGet(id);
+  if (!b) c.rangeErr("buffer " + std::to_string(id) + " is not a live buffer");
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t start = (uintptr_t)b->ptr & ~(uintptr_t)(page - 1);
+  const size_t len = ((uintptr_t)b->ptr + b->mapLen) - start;
+  if (b->mapLen == 0) return Napi::Number::New(info.Env(), 0);
+  const size_t pages = (len + page - 1) / page;
+  std::vector<unsigned char> vec(pages);
+  if (mincore((void*)start, len, vec.data()) != 0) {
+    const int e = errno;
+    c.rangeErr(std::string("mincore failed: ") + std::strerror(e));
+  }
+  size_t resident = 0;
+  for (unsigned char v : vec) resident += (v & 1);
+  return Napi::Number::New(info.Env(), (double)(resident * page));
+}
+
 Napi::Value RowBytes(const Napi::CallbackInfo& info) {
   Ctx c{info, "rowBytes", {}};
   const int t = c.type(0, "type");
@@ -330,6 +392,22 @@ const int32_t* checkedIdx(Ctx& c, size_t iId, int64_t off, int64_t nIdx, int64_t
   return idx;
 }
 
+// Optional row stride (argument i): bytes from one row to the next, at least the packed row size
+// and a multiple of the type's element alignment. Rows of a neuron cache slot are strided.
+size_t rowStrideArg(Ctx& c, size_t i, int t, int64_t cols) {
+  const size_t rb = np::rowBytesOf(t, cols);
+  if (i >= c.info.Length() || c.info[i].IsUndefined()) return rb;
+  const int64_t s = c.idx(i, "rowStride");
+  if ((size_t)s < rb) c.rangeErr("rowStride " + std::to_string(s) + " is less than a row (" + std::to_string(rb) + " bytes)");
+  if (s % (int64_t)elemAlign(t) != 0) c.rangeErr("rowStride " + std::to_string(s) + " is not a multiple of the element size");
+  return (size_t)s;
+}
+
+// Bytes spanned by `rows` strided rows (the last row only needs its own bytes).
+double stridedBytes(int64_t rows, size_t stride, int t, int64_t cols) {
+  return rows == 0 ? 0.0 : (double)(rows - 1) * (double)stride + (double)np::rowBytesOf(t, cols);
+}
+
 Napi::Value MatvecRows(const Napi::CallbackInfo& info) {
   Ctx c{info, "matvecRows", {}};
   c.argc(12);
@@ -337,11 +415,12 @@ Napi::Value MatvecRows(const Napi::CallbackInfo& info) {
   const int64_t wOff = c.idx(2, "wOff"), rows = c.idx(3, "rows"), cols = c.idx(4, "cols");
   const int64_t idxOff = c.idx(6, "idxOff"), nIdx = c.idx(7, "nIdx"), xOff = c.idx(9, "xOff"), yOff = c.idx(11, "yOff");
   c.colsFit(t, cols);
-  const uint8_t* w = c.span(1, "weight", wOff, (double)rows * np::rowBytesOf(t, cols), elemAlign(t));
+  const size_t stride = rowStrideArg(c, 12, t, cols);
+  const uint8_t* w = c.span(1, "weight", wOff, stridedBytes(rows, stride, t, cols), elemAlign(t));
   const int32_t* idx = checkedIdx(c, 5, idxOff, nIdx, rows);
   const float* x = (const float*)c.span(8, "x", xOff, (double)cols * 4, 4);
   float* y = (float*)c.span(10, "y", yOff, (double)nIdx * 4, 4);
-  np::opMatvecRows(t, w, cols, idx, nIdx, x, y);
+  np::opMatvecRows(t, w, cols, idx, nIdx, x, y, stride);
   return Undef(info);
 }
 
@@ -353,11 +432,12 @@ Napi::Value AxpyRows(const Napi::CallbackInfo& info) {
   const int64_t idxOff = c.idx(6, "idxOff"), nIdx = c.idx(7, "nIdx"), cOff = c.idx(9, "coefOff"),
                 oOff = c.idx(11, "outOff");
   c.colsFit(t, cols);
-  const uint8_t* w = c.span(1, "weight", wOff, (double)rows * np::rowBytesOf(t, cols), elemAlign(t));
+  const size_t stride = rowStrideArg(c, 12, t, cols);
+  const uint8_t* w = c.span(1, "weight", wOff, stridedBytes(rows, stride, t, cols), elemAlign(t));
   const int32_t* idx = checkedIdx(c, 5, idxOff, nIdx, rows);
   const float* coef = (const float*)c.span(8, "coef", cOff, (double)nIdx * 4, 4);
   float* out = (float*)c.span(10, "out", oOff, (double)cols * 4, 4);
-  np::opAxpyRows(t, w, cols, idx, nIdx, coef, out);
+  np::opAxpyRows(t, w, cols, idx, nIdx, coef, out, stride);
   return Undef(info);
 }
 
@@ -496,6 +576,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   def("viewI32", ViewI32);
   def("viewU8", ViewU8);
   def("copy", Copy);
+  def("copyBatch", CopyBatch);
+  def("residentBytes", ResidentBytes);
   def("rowBytes", RowBytes);
   def("quantize", Quantize);
   def("dequantizeRow", DequantizeRow);

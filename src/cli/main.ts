@@ -1,6 +1,6 @@
 // The `neuronpipe` command line: generate, inspect, synth. Every command has --help.
-import { existsSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { existsSync, realpathSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { readGGUF } from "../gguf/reader.js";
@@ -15,6 +15,9 @@ import { activationSparsity, perplexity } from "../eval/evaluate.js";
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import { profileActivations, writeProfile } from "../sparse/profile.js";
 import { formatReport, trainPredictors, writePredictors } from "../sparse/predictor.js";
+import { modelFingerprint } from "../sparse/fingerprint.js";
+import { openPack, writePack } from "../sparse/pack.js";
+import { loadSparseModel, type SparseLayerReport, type SparseRuntime } from "../sparse/sparse-model.js";
 import { parseBytes, formatBytes, progressBar } from "./format.js";
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
@@ -58,6 +61,59 @@ function bundledHeldout(): string {
   return shipped("heldout.txt");
 }
 
+/** A GGUF model (dense), or a neuron pack (sparse, under --memory). */
+async function loadAnyModel(path: string, v: Record<string, string | boolean | undefined>, o: { threads?: number; contextSize?: number }) {
+  const sparseFlags = ["memory", "predictor", "io", "queue-depth", "sparse-stats"].filter((k) => v[k] !== undefined);
+  if (!isPack(path)) {
+    if (sparseFlags.length > 0) throw new UsageError(`--${sparseFlags[0]} needs a neuron pack, and ${path} is a plain model; create one with \`neuronpipe pack --model ${path}\``);
+    return loadModel(path, o);
+  }
+  const predictor = (v.predictor as string | undefined) ?? "trained";
+  if (predictor !== "trained" && predictor !== "oracle") throw new UsageError(`--predictor must be trained or oracle, got "${predictor}"`);
+  const backend = (v.io as string | undefined) ?? "auto";
+  if (backend !== "auto" && backend !== "uring" && backend !== "pread") throw new UsageError(`--io must be auto, uring or pread, got "${backend}"`);
+  const queueDepth = num(v["queue-depth"], "queue-depth", { int: true, min: 1 }) ?? 32;
+  return loadSparseModel(path, {
+    memory: (v.memory as string | undefined) ?? Number.MAX_SAFE_INTEGER,
+    predictor,
+    io: { backend, queueDepth },
+    threads: o.threads,
+    contextSize: o.contextSize,
+    onProgress: v.json ? undefined : progressBar("loading the hot region"),
+  });
+}
+
+function isPack(path: string): boolean {
+  try {
+    return readGGUF(path).metadata.has("neuronpipe.pack.version");
+  } catch {
+    return false; // loadModel reports what is wrong with the file
+  }
+}
+
+function sparseSummary(rt: SparseRuntime, perLayer: boolean): string {
+  const rep = rt.report();
+  const sum = (f: (r: SparseLayerReport) => number) => rep.reduce((a, r) => a + f(r), 0);
+  const tokens = rep[0]?.tokens ?? 0;
+  const acc = sum((r) => r.gateAccesses + r.upDownAccesses);
+  const hits = sum((r) => r.gateHits + r.upDownHits);
+  const lines = [
+    `[sparse FFN: ${tokens} tokens | hit rate ${acc ? ((100 * hits) / acc).toFixed(1) : "100.0"}% | read ${formatBytes(tokens ? sum((r) => r.bytesRead) / tokens : 0)}/token | ` +
+      `predicted ${tokens ? (sum((r) => r.predicted) / tokens).toFixed(0) : 0}, fired ${tokens ? (sum((r) => r.fired) / tokens).toFixed(0) : 0} neurons/token | ` +
+      `peak resident ${formatBytes(rt.peakResidentBytes)} of ${formatBytes(rt.plan.budget > 2 ** 52 ? rt.allocatedBytes() : rt.plan.budget)}]`,
+  ];
+  if (perLayer) {
+    lines.push("layer  hit rate  bytes/token  predicted/token  fired/token");
+    for (const r of rep) {
+      const t = Math.max(1, r.tokens);
+      lines.push(
+        `${String(r.layer).padStart(5)}  ${(100 * r.hitRate).toFixed(1).padStart(7)}%  ${formatBytes(r.bytesPerToken).padStart(11)}  ${(r.predicted / t).toFixed(1).padStart(15)}  ${(r.fired / t).toFixed(1).padStart(11)}`,
+      );
+    }
+  }
+  return lines.join("\n") + "\n";
+}
+
 const commands: Record<string, Command> = {
   generate: {
     summary: "generate text from a prompt",
@@ -74,11 +130,21 @@ const commands: Record<string, Command> = {
       seed: { type: "string", short: "s" },
       threads: { type: "string" },
       ctx: { type: "string" },
+      memory: { type: "string" },
+      predictor: { type: "string" },
+      io: { type: "string" },
+      "queue-depth": { type: "string" },
+      "sparse-stats": { type: "boolean" },
       json: { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
     help: {
-      model: "GGUF model file (default: the embedded default model, models/neuronpipe-default.gguf)",
+      model: "GGUF model file or neuron pack (default: the embedded default model, models/neuronpipe-default.gguf)",
+      memory: "neuron pack only: hard bound on the memory held for the model, e.g. 2GiB (default: the whole pack resident)",
+      predictor: "neuron pack only: trained (the pack's predictors, default) or oracle (compute every gate)",
+      io: "neuron pack only: storage reads through uring, pread or auto (default auto)",
+      "queue-depth": "neuron pack only: reads in flight (default 32)",
+      "sparse-stats": "neuron pack only: print per-layer hit rate and bytes read per token",
       prompt: "text to continue (default: \"The sea\")",
       "max-tokens": "tokens to generate (default 64)",
       temperature: "sampling temperature; 0 = greedy (default 0.8, as llama.cpp)",
@@ -106,8 +172,9 @@ const commands: Record<string, Command> = {
         seed: num(v.seed, "seed", { int: true }) ?? 0,
       };
       const path = (v.model as string | undefined) ?? (await defaultModelPath());
-      const model = await loadModel(path, { threads });
+      const model = await loadAnyModel(path, v, { threads, contextSize });
       try {
+        if (model.sparse && !v.json) process.stderr.write(model.sparse.describe() + "\n");
         const session = model.createSession({ contextSize });
         const ac = new AbortController();
         const onSigint = () => ac.abort(new Error("interrupted"));
@@ -134,6 +201,7 @@ const commands: Record<string, Command> = {
             text,
             sampling,
             stats: st,
+            ...(model.sparse && { sparse: { plan: model.sparse.plan, peakResidentBytes: model.sparse.peakResidentBytes, layers: model.sparse.report() } }),
           };
           process.stdout.write(JSON.stringify(out) + "\n");
         } else {
@@ -143,6 +211,7 @@ const commands: Record<string, Command> = {
               `${st.decodeTokensPerSecond.toFixed(2)} tok/s | stop: ${st.stopReason} | peak RSS ${formatBytes(st.peakRssBytes)} | ` +
               `threads ${st.threads} | ${native().getSimd()}]\n`,
           );
+          if (model.sparse) process.stderr.write(sparseSummary(model.sparse, !!v["sparse-stats"]));
         }
         session.dispose();
       } finally {
@@ -432,6 +501,7 @@ commands.profile = {
     const out = (v.out as string | undefined) ?? `${path}.profile.gguf`;
     try {
       const p = profileActivations(model, tokens, ctx, { corpus, onProgress: progressBar(`profiling ${tokens.length} tokens`) });
+      p.modelFingerprint = modelFingerprint(path, model.file);
       await writeProfile(out, p);
       const rows = p.layers.map((l, i) => ({
         layer: i,
@@ -502,12 +572,93 @@ commands["train-predictor"] = {
         seed,
         onProgress: (phase, d, t) => (bars[phase] ??= progressBar(phase))(d, t),
       });
-      await writePredictors(out, r, { modelName: String(model.file.metadata.get("general.name")?.value ?? path), corpus });
+      await writePredictors(out, r, {
+        modelName: String(model.file.metadata.get("general.name")?.value ?? path),
+        corpus,
+        modelFingerprint: modelFingerprint(path, model.file),
+      });
       if (v.json) process.stdout.write(JSON.stringify({ out, report: r.report, meanRecall: r.meanRecall, predictorParams: r.predictorParams, ffnParams: r.ffnParams }) + "\n");
       else process.stdout.write(`${formatReport(r)}\nwrote ${out}\n`);
     } finally {
       model.dispose();
     }
+  },
+};
+
+commands.pack = {
+  summary: "write the neuron pack: FFN neurons as 4 KiB-aligned bundles in hot-first order, plus the predictor",
+  usage: "neuronpipe pack [--model PATH] [--profile PATH] [--predictor PATH | --no-predictor] [--out PATH]",
+  options: {
+    model: { type: "string", short: "m" },
+    profile: { type: "string" },
+    predictor: { type: "string" },
+    "no-predictor": { type: "boolean" },
+    out: { type: "string", short: "o" },
+    json: { type: "boolean" },
+    help: { type: "boolean", short: "h" },
+  },
+  help: {
+    model: "GGUF model (default: the default model)",
+    profile: "activation profile (default: MODEL.profile.gguf, written by `neuronpipe profile`)",
+    predictor: "predictor file (default: MODEL.predictor.gguf if it exists, written by `neuronpipe train-predictor`)",
+    "no-predictor": "pack without a predictor",
+    out: "output file (default: MODEL without .gguf + .pack.gguf)",
+    json: "print the summary as JSON",
+  },
+  async run(v) {
+    if (v.predictor !== undefined && v["no-predictor"]) throw new UsageError("--predictor and --no-predictor exclude each other");
+    const model = (v.model as string | undefined) ?? (await defaultModelPath());
+    if (!existsSync(model)) throw new Error(`${model}: no such model file`);
+    const profile = (v.profile as string | undefined) ?? `${model}.profile.gguf`;
+    if (!existsSync(profile)) {
+      throw new Error(`${profile}: no activation profile; run \`neuronpipe profile --model ${model}\` first${v.profile ? "" : " (or pass --profile PATH)"}`);
+    }
+    let predictor = v["no-predictor"] ? undefined : (v.predictor as string | undefined);
+    let note = v["no-predictor"] ? "without a predictor (--no-predictor)" : "";
+    if (!v["no-predictor"] && predictor === undefined) {
+      const def = `${model}.predictor.gguf`;
+      if (existsSync(def)) predictor = def;
+      else note = `without a predictor: ${def} does not exist (train one with \`neuronpipe train-predictor\`)`;
+    }
+    if (predictor !== undefined && !existsSync(predictor)) throw new Error(`${predictor}: no such predictor file`);
+    const out = (v.out as string | undefined) ?? `${model.replace(/\.gguf$/i, "")}.pack.gguf`;
+    if (resolve(out) === resolve(model) || (existsSync(out) && realpathSync(out) === realpathSync(model))) {
+      throw new UsageError(`--out ${out} is the input model; choose another output path`);
+    }
+    if (note && !v.json) process.stderr.write(`packing ${note}\n`);
+    const t0 = performance.now();
+    const r = await writePack(model, out, { profile, predictor, onProgress: progressBar(`writing ${out}`) });
+    const seconds = (performance.now() - t0) / 1000;
+    const pack = openPack(out);
+    const rows = pack.layers.map((l, i) => ({ layer: i, hotCount: l.hotCount, downRelayoutError: r.downRelayoutError[i]! }));
+    if (v.json) {
+      process.stdout.write(
+        JSON.stringify({
+          out,
+          bytes: r.bytes,
+          seconds,
+          model,
+          profile,
+          predictor: predictor ?? null,
+          gateBlock: pack.gateBlock,
+          upDownBlock: pack.upDownBlock,
+          bundleBytes: pack.bundleBytes,
+          layers: rows,
+        }) + "\n",
+      );
+      return;
+    }
+    const tn = (t: number) => tensorTypeName(t);
+    const o: string[] = [];
+    o.push(`wrote ${out}: ${formatBytes(r.bytes)} in ${seconds.toFixed(1)} s (from ${model}, profile ${profile}, ${predictor ? `predictor ${predictor}` : "no predictor"})`);
+    o.push(
+      `bundle: gate ${tn(pack.gateType)} ${pack.gateBytes} B → ${pack.gateBlock} B block, up ${tn(pack.upType)} ${pack.upBytes} B + down column ${tn(pack.downType)} ${pack.downBytes} B → ${pack.upDownBlock} B block; ${pack.bundleBytes} B per neuron`,
+    );
+    o.push("layer  hot neurons (80% of firings)  down re-layout error ‖D'−D‖/‖D‖");
+    for (const row of rows) {
+      o.push(`${String(row.layer).padStart(5)}  ${`${row.hotCount} of ${pack.config.nFF}`.padStart(28)}  ${row.downRelayoutError === 0 ? "0 (exact)" : row.downRelayoutError.toExponential(3)}`);
+    }
+    process.stdout.write(o.join("\n") + "\n");
   },
 };
 

@@ -19,7 +19,8 @@ export interface PerplexityResult {
  */
 export function perplexity(model: Model, tokens: readonly number[], window: number, onProgress?: (done: number, total: number) => void): PerplexityResult {
   const V = model.config.nVocab;
-  const s = model.createSession({ contextSize: window, batchSize: Math.min(window, 256) });
+  // a sparse model reserved its batch size in its memory plan
+  const s = model.createSession({ contextSize: window, batchSize: Math.min(window, model.sparse?.plan.options.batchSize ?? 256) });
   let nll = 0;
   let count = 0;
   let windows = 0;
@@ -58,7 +59,8 @@ export function activationSparsity(model: Model, tokens: readonly number[], wind
   const { nLayer, nFF } = model.config;
   const zeros = new Float64Array(nLayer);
   let seen = 0;
-  const s = model.createSession({ contextSize: window, batchSize: Math.min(window, 256) });
+  // a sparse model reserved its batch size in its memory plan
+  const s = model.createSession({ contextSize: window, batchSize: Math.min(window, model.sparse?.plan.options.batchSize ?? 256) });
   const n = native();
   try {
     for (let w0 = 0; w0 < tokens.length; w0 += window) {

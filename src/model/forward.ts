@@ -35,8 +35,9 @@ export interface KVCache {
   bytes: number;
 }
 
-export function createRunState(cfg: ModelConfig, maxBatch: number): RunState {
-  const { nEmbd: dim, nFF: hidden, nHead, nHeadKv, headDim, nVocab } = cfg;
+function runStateLayout(cfg: ModelConfig, maxBatch: number, denseFfn: boolean) {
+  const { nEmbd: dim, nHead, nHeadKv, headDim, nVocab } = cfg;
+  const hidden = denseFfn ? cfg.nFF : 0; // a sparse FFN keeps its own per-token scratch
   const sizes = {
     x: maxBatch * dim,
     xb: maxBatch * dim,
@@ -57,15 +58,30 @@ export function createRunState(cfg: ModelConfig, maxBatch: number): RunState {
     offs[k] = off;
     off += Math.ceil((n * 4) / 64) * 64; // 64-byte aligned slices
   }
+  return { offs, bytes: off };
+}
+
+/** Bytes createRunState allocates (memory plans). */
+export function runStateBytes(cfg: ModelConfig, maxBatch: number, denseFfn = true): number {
+  return runStateLayout(cfg, maxBatch, denseFfn).bytes;
+}
+
+export function createRunState(cfg: ModelConfig, maxBatch: number, denseFfn = true): RunState {
+  const { offs, bytes: off } = runStateLayout(cfg, maxBatch, denseFfn);
   const buf = native().alloc(off);
   return { buf, maxBatch, bytes: off, ...(offs as Omit<RunState, "buf" | "maxBatch" | "bytes">) };
 }
 
+/** Bytes createKVCache allocates (memory plans). */
+export function kvCacheBytes(cfg: ModelConfig, ctx: number, type: number = GGMLType.F16): number {
+  const elt = type === GGMLType.F16 ? 2 : 4;
+  return Math.ceil((ctx * cfg.nHeadKv * cfg.headDim * elt) / 4096) * 4096 * 2 * cfg.nLayer;
+}
+
 export function createKVCache(cfg: ModelConfig, ctx: number, type: number = GGMLType.F16): KVCache {
   const rowLen = cfg.nHeadKv * cfg.headDim;
-  const elt = type === GGMLType.F16 ? 2 : 4;
-  const layerBytes = Math.ceil((ctx * rowLen * elt) / 4096) * 4096;
-  const bytes = layerBytes * 2 * cfg.nLayer;
+  const bytes = kvCacheBytes(cfg, ctx, type);
+  const layerBytes = bytes / (2 * cfg.nLayer);
   return { buf: native().alloc(bytes), ctx, type, rowLen, layerBytes, bytes };
 }
 
@@ -133,11 +149,16 @@ export function forward(
 
     // feed-forward: xb = rmsnorm(x); hb = act(W_gate·xb) * (W_up·xb); x += W_down·hb
     n.rmsnorm(rs.buf, rs.x, L.ffnNorm.buf, L.ffnNorm.off, dim, nTok, cfg.rmsEps, rs.buf, rs.xb);
-    linear(n, L.ffnGate, rs, rs.xb, rs.gate, nTok);
-    linear(n, L.ffnUp, rs, rs.xb, rs.up, nTok);
-    n.gatedAct(gateKind[cfg.activation], rs.buf, rs.gate, rs.buf, rs.up, rs.buf, rs.hb, nTok * hidden);
-    opts.onFfnActivations?.(l, rs, nTok);
-    linear(n, L.ffnDown, rs, rs.hb, rs.o, nTok);
+    if (w.sparseFfn) {
+      // only the neurons that fire (src/sparse/sparse-ffn.ts): o = FFN(xb), predicted from x
+      w.sparseFfn.run(l, rs, nTok);
+    } else {
+      linear(n, L.ffnGate!, rs, rs.xb, rs.gate, nTok);
+      linear(n, L.ffnUp!, rs, rs.xb, rs.up, nTok);
+      n.gatedAct(gateKind[cfg.activation], rs.buf, rs.gate, rs.buf, rs.up, rs.buf, rs.hb, nTok * hidden);
+      opts.onFfnActivations?.(l, rs, nTok);
+      linear(n, L.ffnDown!, rs, rs.hb, rs.o, nTok);
+    }
     n.add(rs.buf, rs.x, rs.buf, rs.o, rs.buf, rs.x, nTok * dim);
 
     opts.onLayer?.(l);

@@ -6,6 +6,7 @@ import { Session, type SessionOptions } from "../session.js";
 import { readConfig, type ModelConfig } from "./config.js";
 import { vocabFromGGUF } from "./vocab.js";
 import { bindWeights, type Weights } from "./weights.js";
+import type { SparseRuntime } from "../sparse/sparse-model.js";
 
 export interface LoadOptions {
   /** Native compute threads (default: all online CPUs). Results are identical for any count. */
@@ -24,6 +25,8 @@ export class Model {
     readonly config: ModelConfig,
     readonly tokenizer: Tokenizer,
     readonly weights: Weights,
+    /** Set when the model was loaded from a neuron pack under a memory budget (loadSparseModel). */
+    readonly sparse?: SparseRuntime,
   ) {}
 
   /** Bytes of the mapped file plus converted tensors. */
@@ -45,6 +48,7 @@ export class Model {
     this.disposed = true;
     const n = native();
     for (const b of this.weights.buffers) n.free(b);
+    this.sparse?.dispose();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -22,9 +22,15 @@ export interface LayerWeights {
   wv: Tensor; // (nHeadKv*headDim, dim)
   wo: Tensor; // (dim, nHead*headDim)
   ffnNorm: Tensor; // (dim) f32
-  ffnGate: Tensor; // (hidden_dim, dim)
-  ffnUp: Tensor; // (hidden_dim, dim)
-  ffnDown: Tensor; // (dim, hidden_dim)
+  // dense FFN; absent when a sparse FFN (neuron cache over a pack) computes it
+  ffnGate?: Tensor; // (hidden_dim, dim)
+  ffnUp?: Tensor; // (hidden_dim, dim)
+  ffnDown?: Tensor; // (dim, hidden_dim)
+}
+
+/** An FFN computed outside the dense path: reads rs.x (residual) and rs.xb (normed), writes rs.o, for nTok tokens. */
+export interface SparseFfn {
+  run(layer: number, rs: import("./forward.js").RunState, nTok: number): void;
 }
 
 export interface Weights {
@@ -33,12 +39,23 @@ export interface Weights {
   outputNorm: Tensor; // (dim) f32
   output: Tensor; // (vocab, dim); the embedding itself when tied
   tiedOutput: boolean;
+  /** Set for sparse models: replaces the dense FFN of every layer. */
+  sparseFfn?: SparseFfn;
   /** Native buffers owned by these weights (the file mapping and converted copies). */
   buffers: number[];
 }
 
+export interface BindOptions {
+  /** Bind the dense FFN matrices (false for a neuron pack, whose FFN lives in the neuron cache). */
+  ffn?: boolean;
+  /** Where a tensor's bytes are in `fileBuf` (default: its offset in the file, for a mapping). */
+  offsetOf?: (t: TensorInfo) => number;
+}
+
 /** Bind every tensor of a llama-family model, checking names, shapes and types. */
-export function bindWeights(f: GGUFFile, cfg: ModelConfig, fileBuf: number): Weights {
+export function bindWeights(f: GGUFFile, cfg: ModelConfig, fileBuf: number, opts: BindOptions = {}): Weights {
+  const at = opts.offsetOf ?? ((t: TensorInfo) => t.offset);
+  const withFfn = opts.ffn ?? true;
   const owned: number[] = [];
   const get = (name: string, cols: number, rows: number): TensorInfo => {
     const t = f.tensorsByName.get(name);
@@ -58,16 +75,16 @@ export function bindWeights(f: GGUFFile, cfg: ModelConfig, fileBuf: number): Wei
   };
   const matrix = (name: string, cols: number, rows: number): Tensor => {
     const t = get(name, cols, rows);
-    return { name, buf: fileBuf, off: t.offset, type: t.type, rows, cols };
+    return { name, buf: fileBuf, off: at(t), type: t.type, rows, cols };
   };
   // Norm weights are used as f32 vectors; convert other types once at load.
   const vector = (name: string, n: number): Tensor => {
     const t = get(name, n, 1);
-    if (t.type === GGMLType.F32) return { name, buf: fileBuf, off: t.offset, type: t.type, rows: 1, cols: n };
+    if (t.type === GGMLType.F32) return { name, buf: fileBuf, off: at(t), type: t.type, rows: 1, cols: n };
     const nat = native();
     const buf = nat.alloc(n * 4);
     owned.push(buf);
-    nat.dequantizeRow(t.type, fileBuf, t.offset, n, 0, buf, 0);
+    nat.dequantizeRow(t.type, fileBuf, at(t), n, 0, buf, 0);
     return { name, buf, off: 0, type: GGMLType.F32, rows: 1, cols: n };
   };
 
@@ -84,9 +101,11 @@ export function bindWeights(f: GGUFFile, cfg: ModelConfig, fileBuf: number): Wei
       wv: matrix(`${p}attn_v.weight`, dim, nHeadKv * headDim),
       wo: matrix(`${p}attn_output.weight`, nHead * headDim, dim),
       ffnNorm: vector(`${p}ffn_norm.weight`, dim),
-      ffnGate: matrix(ffn("gate"), dim, hidden),
-      ffnUp: matrix(ffn("up"), dim, hidden),
-      ffnDown: matrix(ffn("down"), hidden, dim),
+      ...(withFfn && {
+        ffnGate: matrix(ffn("gate"), dim, hidden),
+        ffnUp: matrix(ffn("up"), dim, hidden),
+        ffnDown: matrix(ffn("down"), hidden, dim),
+      }),
     });
   }
   const tokenEmbd = matrix("token_embd.weight", dim, nVocab);

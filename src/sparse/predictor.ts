@@ -288,11 +288,12 @@ export function formatReport(r: PredictorResult): string {
 
 export const PREDICTOR_KIND = "neuronpipe.predictor";
 
-export async function writePredictors(path: string, r: PredictorResult, extra: { modelName?: string; corpus?: string } = {}): Promise<number> {
+export async function writePredictors(path: string, r: PredictorResult, extra: { modelName?: string; corpus?: string; modelFingerprint?: string } = {}): Promise<number> {
   const w = new GGUFWriter();
   w.setString("general.architecture", PREDICTOR_KIND);
   if (extra.modelName) w.setString("neuronpipe.predictor.model_name", extra.modelName);
   if (extra.corpus) w.setString("neuronpipe.predictor.corpus", extra.corpus);
+  if (extra.modelFingerprint) w.setString("neuronpipe.predictor.model_fingerprint", extra.modelFingerprint);
   w.setU32("neuronpipe.predictor.n_layer", r.nLayer);
   w.setU32("neuronpipe.predictor.n_embd", r.nEmbd);
   w.setU32("neuronpipe.predictor.n_ff", r.nFF);
@@ -318,8 +319,9 @@ export async function writePredictors(path: string, r: PredictorResult, extra: {
  * Read blk.N.fc1/fc2 (F32, or F16 converted) from any GGUF / PWRI file. Threshold per layer:
  * neuronpipe.predictor.threshold[N] if present, else powerinfer.sparse_threshold, else 0.
  */
-export function readPredictors(path: string): { nEmbd: number; nFF: number; layers: LayerPredictor[] } {
+export function readPredictors(path: string): { nEmbd: number; nFF: number; layers: LayerPredictor[]; modelFingerprint?: string } {
   const f = readGGUF(path);
+  const fp = f.metadata.get("neuronpipe.predictor.model_fingerprint")?.value;
   const thrArr = f.metadata.get("neuronpipe.predictor.threshold")?.value as Float32Array | number[] | undefined;
   const thrGlobal = Number(f.metadata.get("powerinfer.sparse_threshold")?.value ?? 0);
   const layers: LayerPredictor[] = [];
@@ -358,5 +360,5 @@ export function readPredictors(path: string): { nEmbd: number; nFF: number; laye
     n.free(mapped.id);
   }
   if (layers.length === 0) throw new Error(`${path}: no predictor tensors (blk.N.fc1.weight / blk.N.fc2.weight)`);
-  return { nEmbd, nFF, layers };
+  return { nEmbd, nFF, layers, ...(fp !== undefined ? { modelFingerprint: String(fp) } : {}) };
 }

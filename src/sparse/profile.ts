@@ -32,6 +32,8 @@ export interface ActivationProfile {
   window: number;
   corpus: string;
   layers: LayerProfile[];
+  /** modelFingerprint() of the profiled model file (fingerprint.ts), when known. */
+  modelFingerprint?: string;
 }
 
 /** Quantile of a histogram h[k] = number of tokens with k active neurons. */
@@ -163,6 +165,7 @@ export async function writeProfile(path: string, p: ActivationProfile): Promise<
   w.setU32("profile.window", p.window);
   w.setString("profile.corpus", p.corpus);
   w.setString("profile.rule", "a neuron fires for a token when act(gate)*up != 0");
+  if (p.modelFingerprint) w.setString("profile.model_fingerprint", p.modelFingerprint);
   const arr = (k: string, f: (l: LayerProfile) => number) => w.setArray(`profile.${k}`, ValueType.FLOAT32, Float32Array.from(p.layers, f));
   arr("active_mean", (l) => l.activeMean);
   arr("active_p50", (l) => l.activeP50);
@@ -208,5 +211,6 @@ export function readProfile(path: string): ActivationProfile {
     window: num("window"),
     corpus: String(f.metadata.get("profile.corpus")?.value),
     layers,
+    ...(f.metadata.has("profile.model_fingerprint") ? { modelFingerprint: String(f.metadata.get("profile.model_fingerprint")!.value) } : {}),
   };
 }

@@ -280,11 +280,11 @@ void opMatvec(int type, const uint8_t* W, int64_t rows, int64_t cols, const floa
 }
 
 void opMatvecRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* x,
-                  float* y) {
+                  float* y, size_t rowStride) {
   const Kernels& k = K();
   Act a;
   prepareAct(k, type, x, cols, static_cast<uint8_t*>(t_act.get(actBytes(type, cols))), a);
-  const size_t rb = rowBytesOf(type, cols);
+  const size_t rb = rowStride ? rowStride : rowBytesOf(type, cols);
   const int T = threadsFor((double)nIdx * rb, 96 * 1024);
   const int64_t kRows = rowsPerChunk(nIdx, T);
   const int64_t nChunks = (nIdx + kRows - 1) / kRows;
@@ -295,9 +295,9 @@ void opMatvecRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, 
 }
 
 void opAxpyRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
-                float* out) {
+                float* out, size_t rowStride) {
   const Kernels& k = K();
-  const size_t rb = rowBytesOf(type, cols);
+  const size_t rb = rowStride ? rowStride : rowBytesOf(type, cols);
   // Split the output columns into contiguous 32-aligned ranges, one per thread; every
   // thread runs over all k in ascending order for its columns.
   const int64_t nBlocks = (cols + QK - 1) / QK;

@@ -26,10 +26,11 @@ void opDequantRow(int type, const uint8_t* row, int64_t cols, float* out);
 void opFillUniform(float* dst, int64_t n, uint64_t seed, float scale);
 
 void opMatvec(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* x, float* y);
+// rowStride: bytes from one row to the next (0 = the packed row size rowBytesOf(type, cols)).
 void opMatvecRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* x,
-                  float* y);
+                  float* y, size_t rowStride = 0);
 void opAxpyRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
-                float* out);
+                float* out, size_t rowStride = 0);
 void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y);
 
 void opRmsnorm(const float* x, const float* w, int64_t n, int64_t nTok, float eps, float* out);

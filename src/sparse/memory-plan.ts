@@ -1,0 +1,193 @@
+// The memory plan of a sparse model under a hard budget (`--memory`): what the fixed region
+// costs, what is left for FFN neurons, and how that is split into the hot region (clusters of
+// the most active neurons, per-cluster LRU) and the cold region (single neurons, per-neuron LRU).
+// Every byte the process holds for the model is in one of these lines, and all of it lives in
+// native buffers so that residency can be measured (native().residentBytes).
+import type { ModelConfig } from "../model/config.js";
+import { runStateBytes, kvCacheBytes } from "../model/forward.js";
+import type { Pack } from "./pack.js";
+import { formatBytes, parseBytes } from "../cli/format.js";
+
+export { formatBytes, parseBytes };
+
+export interface PlanOptions {
+  /** Context length of the one session the plan holds (KV cache). */
+  contextSize: number;
+  /** Tokens per forward batch (run-state scratch). */
+  batchSize: number;
+  /** Neurons per hot cluster (one sequential read). */
+  clusterSize: number;
+  /** Largest share of the neuron cache given to hot clusters; the rest is the cold region. */
+  hotShare: number;
+  /** A non-resident hot cluster is read whole when at least this share of it is predicted; else its neurons go the cold path. */
+  clusterAdmit: number;
+  /** Neurons handled per I/O batch in the cold path (staging buffer size). */
+  stagingNeurons: number;
+  /** Predictors held in memory (false: the oracle computes every gate and needs none). */
+  predictor: boolean;
+}
+
+export interface MemoryPlan {
+  budget: number;
+  /** Fixed region, by part (bytes, page-rounded as allocated). */
+  fixed: { weights: number; predictors: number; kvCache: number; runState: number; staging: number; scratch: number; cacheTables: number };
+  fixedTotal: number;
+  /** Bytes of one cached neuron: gate row + up row + down column, 64-byte rounded. */
+  slotBytes: number;
+  /** Neuron cache: slots, of which hotSlots (= hotFrames × clusterSize) in the hot region. */
+  slots: number;
+  hotSlots: number;
+  hotFrames: number;
+  coldSlots: number;
+  clusterSize: number;
+  totalNeurons: number;
+  /** Share of all FFN neurons the cache holds (1 = everything resident, no I/O). */
+  ffnResident: number;
+  options: PlanOptions;
+}
+
+export const PAGE = 4096;
+const LABELS = { weights: "weights", predictors: "predictors", kvCache: "KV cache", runState: "run state", staging: "I/O staging", scratch: "scratch", cacheTables: "cache tables" };
+const pageRound = (b: number) => Math.ceil((b + 64) / PAGE) * PAGE; // as native alloc rounds
+
+/** Bytes of the fixed-region tensors of a pack (everything but the FFN bundles and the pack's own tables). */
+export function fixedWeightBytes(pack: Pack): number {
+  let b = 0;
+  for (const t of pack.file.tensors) if (isFixedTensor(t.name)) b += Math.ceil(t.nbytes / 64) * 64; // as loaded: 64-byte aligned
+  return b;
+}
+
+/** Tensors the sparse model holds in memory from a pack: everything except bundles, order, counts and predictors. */
+export function isFixedTensor(name: string): boolean {
+  return !/^blk\.\d+\.(ffn_bundles|ffn_order|act_count|fc1\.weight|fc2\.weight)$/.test(name);
+}
+
+/** Norm vectors not stored as F32 are converted into small native copies at load (weights.ts). */
+function normCopyBytes(pack: Pack): number {
+  let b = 0;
+  for (const t of pack.file.tensors) {
+    if (isFixedTensor(t.name) && /norm\.weight$/.test(t.name) && t.type !== 0) b += pageRound(t.ne[0]! * 4);
+  }
+  return b;
+}
+
+export function slotBytesOf(pack: Pack): number {
+  return Math.ceil((pack.gateBytes + pack.upBytes + pack.downBytes) / 64) * 64;
+}
+
+export function predictorBytes(pack: Pack): number {
+  if (!pack.predictor) return 0;
+  let b = 0;
+  for (const l of pack.predictor) b += (l.fc1.length + l.fc2.length) * 4;
+  return b;
+}
+
+/** Per-token sparse-FFN scratch (sparse-ffn.ts): nine f32/i32 vectors of nFF (scores, index lists, compact gate/up/h). */
+function scratchBytes(cfg: ModelConfig): number {
+  return pageRound(9 * cfg.nFF * 4);
+}
+
+function tableBytes(pack: Pack, slots: number, hotFrames: number, clusterSize: number): number {
+  const { nLayer, nFF } = pack.config;
+  const clusters = nLayer * Math.ceil(nFF / clusterSize);
+  // slotOf + state per neuron, owner + LRU links per slot, frameOf per cluster, owner + lastUse per frame
+  return pageRound(nLayer * nFF * 5 + slots * 12 + clusters * 4 + hotFrames * 8);
+}
+
+/**
+ * Split `budget` bytes. Throws, with the numbers, when the budget cannot hold the fixed region
+ * plus a minimal neuron cache (one hot cluster and one staging batch of cold neurons).
+ */
+export function planMemory(pack: Pack, budget: number, opts: PlanOptions): MemoryPlan {
+  const cfg = pack.config;
+  const totalNeurons = cfg.nLayer * cfg.nFF;
+  const slotBytes = slotBytesOf(pack);
+  const C = clusterSizeFor(cfg.nFF, opts.clusterSize);
+  const fixed = {
+    weights: pageRound(fixedWeightBytes(pack)) + normCopyBytes(pack),
+    predictors: opts.predictor ? pageRound(predictorBytes(pack)) : 0,
+    kvCache: pageRound(kvCacheBytes(cfg, opts.contextSize)),
+    runState: pageRound(runStateBytes(cfg, opts.batchSize)),
+    staging: pageRound(Math.max(opts.stagingNeurons, C) * pack.bundleBytes),
+    scratch: scratchBytes(cfg),
+    cacheTables: 0,
+  };
+  const minCache = (C + opts.stagingNeurons) * slotBytes;
+  const fixedNoTables = Object.values(fixed).reduce((a, b) => a + b, 0);
+  // the arena is one allocation: page-rounded
+  const arenaFor = (slots: number) => pageRound(slots * slotBytes);
+  let slots = Math.min(totalNeurons, Math.floor((budget - fixedNoTables - tableBytes(pack, 0, 0, C) - PAGE * 2) / slotBytes));
+  const refuse = () => {
+    const parts = Object.entries(fixed)
+      .filter(([, v]) => v > 0)
+      .map(([k, v]) => `${LABELS[k as keyof typeof LABELS]} ${formatBytes(v)}`)
+      .join(" + ");
+    const need = fixedNoTables + tableBytes(pack, C + opts.stagingNeurons, 1, C) + arenaFor(C + opts.stagingNeurons);
+    return new RangeError(
+      `memory budget ${formatBytes(budget)} (${budget} bytes) cannot hold this model: the fixed region needs ${parts} = ${formatBytes(fixedNoTables)}, ` +
+        `and the neuron cache at least ${C + opts.stagingNeurons} neurons × ${slotBytes} B = ${formatBytes(minCache)}; ` +
+        `the smallest workable budget is ${formatBytes(need)} (${need} bytes). The whole FFN is ${formatBytes(totalNeurons * slotBytes)}.`,
+    );
+  };
+  if (slots < C + opts.stagingNeurons && slots < totalNeurons) throw refuse();
+  // shrink until arena + tables fit exactly
+  for (;;) {
+    const used = fixedNoTables + tableBytes(pack, slots, Math.floor(slots / C), C) + arenaFor(slots);
+    if (used <= budget) break;
+    slots -= Math.max(1, Math.ceil((used - budget) / slotBytes));
+    if (slots < C + opts.stagingNeurons && slots < totalNeurons) throw refuse();
+  }
+  let hotFrames: number;
+  if (slots >= totalNeurons) {
+    // everything resident: every cluster of every layer in the hot region, never evicted
+    hotFrames = totalNeurons / C;
+  } else {
+    const hotWanted = pack.layers.reduce((a, l) => a + Math.ceil(l.hotCount / C), 0);
+    hotFrames = Math.min(hotWanted, Math.floor((slots * opts.hotShare) / C));
+    // the cold region must hold at least one staging batch
+    while (hotFrames > 0 && slots - hotFrames * C < opts.stagingNeurons) hotFrames--;
+  }
+  const hotSlots = hotFrames * C;
+  fixed.cacheTables = tableBytes(pack, slots, hotFrames, C);
+  const fixedTotal = Object.values(fixed).reduce((a, b) => a + b, 0);
+  const resident = slots / totalNeurons;
+  return {
+    budget,
+    fixed,
+    fixedTotal,
+    slotBytes,
+    slots,
+    hotSlots,
+    hotFrames,
+    coldSlots: slots - hotSlots,
+    clusterSize: C,
+    totalNeurons,
+    ffnResident: resident,
+    options: opts,
+  };
+}
+
+/** The largest divisor of nFF not above the requested cluster size, so every cluster is whole. */
+export function clusterSizeFor(nFF: number, requested: number): number {
+  for (let c = Math.max(1, Math.min(requested, nFF)); c > 1; c--) if (nFF % c === 0) return c;
+  return 1;
+}
+
+/** The budget at which the cache holds `fraction` of all FFN neurons (tests, benchmarks, `--ffn-resident`). */
+export function budgetForFfnFraction(pack: Pack, fraction: number, opts: PlanOptions): number {
+  const cfg = pack.config;
+  const total = cfg.nLayer * cfg.nFF;
+  const C = clusterSizeFor(cfg.nFF, opts.clusterSize);
+  const slots = Math.min(total, Math.ceil(fraction * total));
+  const probe = planMemory(pack, Number.MAX_SAFE_INTEGER, opts);
+  const fixedNoTables = probe.fixedTotal - probe.fixed.cacheTables;
+  return fixedNoTables + tableBytes(pack, slots, Math.floor(slots / C), C) + pageRound(slots * slotBytesOf(pack)) + 2 * PAGE;
+}
+
+export function describePlan(p: MemoryPlan): string {
+  const f = p.fixed;
+  return [
+    `memory budget ${formatBytes(p.budget)}: fixed region ${formatBytes(p.fixedTotal)} (weights ${formatBytes(f.weights)}, predictors ${formatBytes(f.predictors)}, KV cache ${formatBytes(f.kvCache)}, run state ${formatBytes(f.runState)}, I/O staging ${formatBytes(f.staging)}, scratch ${formatBytes(f.scratch)}, cache tables ${formatBytes(f.cacheTables)})`,
+    `neuron cache ${formatBytes(p.slots * p.slotBytes)}: ${p.slots} of ${p.totalNeurons} neurons (${(100 * p.ffnResident).toFixed(1)}% of the FFN), hot region ${p.hotFrames} clusters × ${p.clusterSize} neurons, cold region ${p.coldSlots} neurons; ${p.slotBytes} B per neuron`,
+  ].join("\n");
+}

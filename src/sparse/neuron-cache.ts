@@ -1,0 +1,379 @@
+// The neuron cache: FFN neurons of a pack held in one native arena under the memory plan.
+//
+//   arena  (slots, slotBytes): slot s = [gate row | up row | down column] of one neuron
+//          slots [0, hotSlots)       hot region: frames of `clusterSize` neurons, a frame holds one
+//                                    cluster (consecutive pack positions of one layer, hot-first),
+//                                    loaded in one sequential read, evicted per cluster (LRU)
+//          slots [hotSlots, slots)   cold region: single neurons, per-neuron LRU, loaded in two
+//                                    phases (gate block; up+down block only if the neuron fires)
+//
+// Pack positions p ≥ hotLimit[layer] are cold. Which neurons are resident never changes what is
+// computed — only where the bytes come from — so results are the same for any budget.
+import { native, type NativeAddon } from "../native.js";
+import type { MemoryPlan } from "./memory-plan.js";
+import type { Pack } from "./pack.js";
+
+export interface LayerCacheStats {
+  /** Gate rows needed (predicted neurons) and how many were already resident. */
+  gateAccesses: number;
+  gateHits: number;
+  /** Up+down rows needed (neurons whose gate fired) and how many were already resident. */
+  upDownAccesses: number;
+  upDownHits: number;
+  /** Bytes and read requests issued to storage. */
+  bytesRead: number;
+  reads: number;
+}
+
+const NONE = 0;
+const GATE = 1;
+const FULL = 2;
+
+export interface Loader {
+  id: number;
+  backend: "uring" | "pread";
+  directIO: boolean;
+}
+
+export class NeuronCache {
+  readonly arena: number; // native buffer (slots × slotBytes)
+  readonly staging: number; // native buffer: I/O lands here, then is copied into slots
+  readonly tables: number; // native buffer holding the views below
+  readonly stats: LayerCacheStats[];
+  /** Bytes read while filling the hot region at load time (not part of per-token stats). */
+  preloadBytes = 0;
+  readonly slotBytes: number;
+  readonly hotLimit: Int32Array; // per layer: pack positions below are hot (cluster-loaded)
+
+  private readonly n: NativeAddon;
+  private readonly nFF: number;
+  private readonly C: number;
+  private readonly stagingBytes: number;
+  private readonly slotOf: Int32Array; // (nLayer*nFF) slot of (layer, pack position) or -1
+  private readonly state: Uint8Array; // (nLayer*nFF) NONE | GATE | FULL
+  private readonly owner: Int32Array; // (slots) neuron (layer*nFF + p) held, or -1
+  private readonly prev: Int32Array; // (slots) cold LRU list, most recent at head
+  private readonly next: Int32Array;
+  private head = -1;
+  private tail = -1;
+  private readonly frameOf: Int32Array; // (nLayer*nFF/C) frame of a cluster or -1
+  private readonly frameOwner: Int32Array; // (hotFrames) cluster held or -1
+  private readonly frameUse: Int32Array; // (hotFrames) tick of last use
+  private tick = 0;
+  /** Predicted neurons of a non-resident hot cluster needed to load it whole (else: cold path). */
+  private readonly admit: number;
+  // pending I/O: [fileOff, len, staging, stagingOff] and copies [dstOff, srcOff, len]
+  private reqs: number[] = [];
+  private copies: number[] = [];
+  private stagingUsed = 0;
+
+  constructor(
+    readonly pack: Pack,
+    readonly plan: MemoryPlan,
+    readonly loader: Loader,
+  ) {
+    const n = (this.n = native());
+    const { nLayer, nFF } = pack.config;
+    this.nFF = nFF;
+    this.C = plan.clusterSize;
+    this.slotBytes = plan.slotBytes;
+    this.admit = Math.max(1, Math.ceil(plan.clusterSize * plan.options.clusterAdmit));
+    const N = nLayer * nFF;
+    const clusters = N / this.C;
+    const S = plan.slots;
+    const F = plan.hotFrames;
+    this.stagingBytes = plan.fixed.staging - 4096; // the plan page-rounds with slack; use whole blocks only
+    this.stagingBytes -= this.stagingBytes % pack.bundleBytes;
+    const allocated: number[] = [];
+    try {
+      this.arena = n.alloc(Math.max(1, S * this.slotBytes));
+      allocated.push(this.arena);
+      this.staging = n.alloc(plan.fixed.staging - 4096);
+      allocated.push(this.staging);
+      // int32 tables first, then the byte table
+      const i32 = N + S * 3 + clusters + F * 2;
+      this.tables = n.alloc(i32 * 4 + N);
+      allocated.push(this.tables);
+    } catch (e) {
+      for (const b of allocated) n.free(b);
+      throw e;
+    }
+    let o = 0;
+    const take = (len: number) => {
+      const v = n.viewI32(this.tables, o * 4, len);
+      o += len;
+      return v;
+    };
+    this.slotOf = take(N).fill(-1);
+    this.owner = take(S).fill(-1);
+    this.prev = take(S);
+    this.next = take(S);
+    this.frameOf = take(clusters).fill(-1);
+    this.frameOwner = take(F).fill(-1);
+    this.frameUse = take(F);
+    this.state = n.viewU8(this.tables, o * 4, N);
+    // cold LRU list: all cold slots, free
+    for (let s = plan.hotSlots; s < S; s++) this.pushHead(s);
+    this.hotLimit = new Int32Array(nLayer);
+    for (let l = 0; l < nLayer; l++) {
+      this.hotLimit[l] = plan.ffnResident >= 1 ? nFF : F > 0 ? Math.min(nFF, Math.ceil(pack.layers[l]!.hotCount / this.C) * this.C) : 0;
+    }
+    this.stats = Array.from({ length: nLayer }, () => ({ gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 }));
+  }
+
+  /** Native buffers the cache holds (memory accounting). */
+  get buffers(): number[] {
+    return [this.arena, this.staging, this.tables];
+  }
+
+  /**
+   * Fill the hot region before decoding: the hot clusters with the most profiled firings, in
+   * sequential reads. With a budget holding the whole FFN this loads every neuron.
+   */
+  preload(onProgress?: (done: number, total: number) => void): void {
+    const { nLayer } = this.pack.config;
+    const F = this.plan.hotFrames;
+    const cand: { l: number; q: number; w: number }[] = [];
+    for (let l = 0; l < nLayer; l++) {
+      const counts = this.pack.layers[l]!.counts;
+      for (let q = 0; q * this.C < this.hotLimit[l]!; q++) {
+        let w = 0;
+        for (let i = q * this.C; i < (q + 1) * this.C; i++) w += counts[i]!;
+        cand.push({ l, q, w });
+      }
+    }
+    cand.sort((a, b) => b.w - a.w || a.l - b.l || a.q - b.q);
+    const take = cand.slice(0, F);
+    take.sort((a, b) => a.l - b.l || a.q - b.q); // file order: sequential reads
+    let done = 0;
+    for (const c of take) {
+      this.loadCluster(c.l, c.q);
+      if (++done % 64 === 0) onProgress?.(done, take.length);
+    }
+    this.flush();
+    onProgress?.(take.length, take.length);
+    // load-time reads are reported apart from per-token traffic
+    this.preloadBytes += this.stats.reduce((a, s) => a + s.bytesRead, 0);
+    this.resetStats();
+  }
+
+  /**
+   * Make the gate rows of positions[start..] of `layer` resident, as many as the cache can
+   * hold at once, and write their slots to slotsOut[0..]. Returns the end index (exclusive)
+   * of the positions handled; the caller computes them, then calls again from there.
+   * Positions must be ascending.
+   */
+  loadGates(layer: number, positions: Int32Array, start: number, end: number, slotsOut: Int32Array): number {
+    const st = this.stats[layer]!;
+    const base = layer * this.nFF;
+    const hotLimit = this.hotLimit[layer]!;
+    const tick = ++this.tick;
+    let coldUsed = 0;
+    let framesUsed = 0;
+    const coldCap = this.plan.coldSlots;
+    const frameCap = this.plan.hotFrames;
+    let i = start;
+    for (; i < end; i++) {
+      const p = positions[i]!;
+      const g = base + p;
+      const hit = this.slotOf[g]! >= 0; // resident before this access: no read needed
+      // a hot neuron goes through its cluster when the cluster is resident, or when enough of
+      // the cluster is predicted to be worth one sequential read; otherwise the cold path
+      const cl = (g / this.C) | 0;
+      let f = p < hotLimit ? this.frameOf[cl]! : -1;
+      const viaCluster = p < hotLimit && (f >= 0 || this.worthCluster(positions, i, end, (p / this.C) | 0));
+      if (viaCluster) {
+        if (f < 0 || this.frameUse[f] !== tick) {
+          if (framesUsed === frameCap) break;
+          framesUsed++;
+          if (f < 0) f = this.loadCluster(layer, (p / this.C) | 0);
+          this.frameUse[f] = tick;
+        }
+      } else {
+        if (coldUsed === coldCap) break;
+        coldUsed++;
+        let s = this.slotOf[g]!;
+        if (s < 0) {
+          s = this.takeColdSlot(g);
+          this.state[g] = GATE;
+          this.queueRead(layer, this.bundleOffset(layer, p), this.pack.gateBlock, [[s * this.slotBytes, 0, this.pack.gateBytes]]);
+        } else this.touch(s);
+      }
+      st.gateAccesses++;
+      if (hit) st.gateHits++;
+      slotsOut[i - start] = this.slotOf[g]!;
+    }
+    this.flush();
+    return i;
+  }
+
+  /**
+   * Make up+down resident for neurons (layer, positions[k]) whose gates fired; they were made
+   * resident by the last loadGates call, so they are still in their slots.
+   */
+  loadUpDown(layer: number, positions: Int32Array, count: number): void {
+    const st = this.stats[layer]!;
+    const base = layer * this.nFF;
+    const ud = this.pack.upBytes + this.pack.downBytes;
+    for (let k = 0; k < count; k++) {
+      const p = positions[k]!;
+      const g = base + p;
+      st.upDownAccesses++;
+      if (this.state[g] === FULL) {
+        st.upDownHits++;
+        continue;
+      }
+      const s = this.slotOf[g]!;
+      if (s < 0) throw new Error(`neuron cache: layer ${layer} neuron at pack position ${p} lost its slot between the two load phases`);
+      this.state[g] = FULL;
+      this.queueRead(layer, this.bundleOffset(layer, p) + this.pack.gateBlock, this.pack.upDownBlock, [[s * this.slotBytes + this.pack.gateBytes, 0, ud]]);
+    }
+    this.flush();
+  }
+
+  /** Neurons resident per layer right now (tests, stats). */
+  residentNeurons(layer: number): number {
+    let c = 0;
+    for (let p = 0; p < this.nFF; p++) if (this.slotOf[layer * this.nFF + p]! >= 0) c++;
+    return c;
+  }
+
+  resetStats(): void {
+    for (const s of this.stats) Object.assign(s, { gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 });
+  }
+
+  dispose(): void {
+    for (const b of this.buffers) this.n.free(b);
+  }
+
+  // ---- internals ----------------------------------------------------------------------
+
+  private bundleOffset(layer: number, p: number): number {
+    return this.pack.layers[layer]!.bundlesOffset + p * this.pack.bundleBytes;
+  }
+
+  /** At least clusterAdmit·C of cluster q's neurons among positions[i..end) (ascending)? */
+  private worthCluster(positions: Int32Array, i: number, end: number, q: number): boolean {
+    const lim = (q + 1) * this.C;
+    let c = 0;
+    for (let j = i; j < end && positions[j]! < lim; j++) if (++c >= this.admit) return true;
+    return false;
+  }
+
+  /** Put a whole cluster (gate, up, down of C neurons) into a hot frame; returns the frame. */
+  private loadCluster(layer: number, q: number): number {
+    const cl = (layer * this.nFF) / this.C + q;
+    // the least recently used frame not used in this tick
+    let f = -1;
+    let best = Infinity;
+    for (let i = 0; i < this.frameOwner.length; i++) {
+      if (this.frameOwner[i]! < 0) {
+        f = i;
+        break;
+      }
+      if (this.frameUse[i]! < best && this.frameUse[i] !== this.tick) {
+        best = this.frameUse[i]!;
+        f = i;
+      }
+    }
+    if (f < 0) throw new Error("neuron cache: no hot frame free (internal accounting error)");
+    const old = this.frameOwner[f]!;
+    if (old >= 0) {
+      this.frameOf[old] = -1;
+      for (let i = 0; i < this.C; i++) {
+        this.slotOf[old * this.C + i] = -1;
+        this.state[old * this.C + i] = NONE;
+      }
+    }
+    this.frameOwner[f] = cl;
+    this.frameOf[cl] = f;
+    // neurons of this cluster read earlier through the cold path give their cold slots back
+    for (let i = 0; i < this.C; i++) {
+      const s = this.slotOf[cl * this.C + i]!;
+      if (s >= 0) {
+        this.owner[s] = -1;
+        this.unlink(s);
+        this.pushTail(s);
+      }
+    }
+    const B = this.pack.bundleBytes;
+    const ud = this.pack.upBytes + this.pack.downBytes;
+    const copies: [number, number, number][] = [];
+    for (let i = 0; i < this.C; i++) {
+      const g = cl * this.C + i;
+      const s = f * this.C + i;
+      this.slotOf[g] = s;
+      this.state[g] = FULL;
+      this.owner[s] = g;
+      copies.push([s * this.slotBytes, i * B, this.pack.gateBytes], [s * this.slotBytes + this.pack.gateBytes, i * B + this.pack.gateBlock, ud]);
+    }
+    this.queueRead(layer, this.bundleOffset(layer, q * this.C), this.C * B, copies);
+    return f;
+  }
+
+  private takeColdSlot(g: number): number {
+    const s = this.tail;
+    if (s < 0) throw new Error("neuron cache: cold region is empty (internal accounting error)");
+    const old = this.owner[s]!;
+    if (old >= 0) {
+      this.slotOf[old] = -1;
+      this.state[old] = NONE;
+    }
+    this.owner[s] = g;
+    this.slotOf[g] = s;
+    this.touch(s);
+    return s;
+  }
+
+  private unlink(s: number) {
+    const p = this.prev[s]!;
+    const nx = this.next[s]!;
+    if (p >= 0) this.next[p] = nx;
+    else this.head = nx;
+    if (nx >= 0) this.prev[nx] = p;
+    else this.tail = p;
+  }
+
+  private pushHead(s: number) {
+    this.prev[s] = -1;
+    this.next[s] = this.head;
+    if (this.head >= 0) this.prev[this.head] = s;
+    this.head = s;
+    if (this.tail < 0) this.tail = s;
+  }
+
+  private pushTail(s: number) {
+    this.next[s] = -1;
+    this.prev[s] = this.tail;
+    if (this.tail >= 0) this.next[this.tail] = s;
+    this.tail = s;
+    if (this.head < 0) this.head = s;
+  }
+
+  private touch(s: number) {
+    if (this.head === s) return;
+    this.unlink(s);
+    this.pushHead(s);
+  }
+
+  /** Queue one read of `len` bytes at fileOff into staging, then copies [arenaOff, offsetInRead, len]. */
+  private queueRead(layer: number, fileOff: number, len: number, copies: [number, number, number][]) {
+    if (len > this.stagingBytes) throw new Error(`neuron cache: a read of ${len} bytes exceeds the staging buffer (${this.stagingBytes} bytes)`);
+    if (this.stagingUsed + len > this.stagingBytes) this.flush();
+    this.reqs.push(fileOff, len, this.staging, this.stagingUsed);
+    for (const [dst, src, n] of copies) this.copies.push(dst, this.stagingUsed + src, n);
+    this.stagingUsed += len;
+    const st = this.stats[layer]!;
+    st.bytesRead += len;
+    st.reads++;
+  }
+
+  private flush() {
+    if (this.reqs.length === 0) return;
+    this.n.readBatch(this.loader.id, Float64Array.from(this.reqs));
+    this.n.copyBatch(this.arena, this.staging, Float64Array.from(this.copies));
+    this.reqs = [];
+    this.copies = [];
+    this.stagingUsed = 0;
+  }
+}
