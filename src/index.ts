@@ -16,3 +16,9 @@ export { createTokenizer, type Tokenizer } from "./tokenizer/index.js";
 export { sessionMachine } from "../actors/session-machine.js";
 export { native } from "./native.js";
 export { GenerationPool, type WorkerPoolOptions } from "./worker-pool.js";
+// sparse decoding from a neuron pack under a memory budget
+export { loadSparseModel, SparseRuntime, type SparseLoadOptions, type SparseLayerReport } from "./sparse/sparse-model.js";
+export { openPack, writePack, PackError, type Pack } from "./sparse/pack.js";
+export { planMemory, budgetForFfnFraction, describePlan, type MemoryPlan, type PlanOptions } from "./sparse/memory-plan.js";
+export { profileActivations, readProfile, writeProfile } from "./sparse/profile.js";
+export { trainPredictors, readPredictors, writePredictors } from "./sparse/predictor.js";

@@ -302,10 +302,12 @@ const commands: Record<string, Command> = {
       "active-fraction": { type: "string" },
       "hot-neurons": { type: "string" },
       "hot-share": { type: "string" },
+      "gate-rank": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
     help: {
       out: "output GGUF path (required)",
+      "gate-rank": "with --active-fraction: gate rows = rank-R structure + 5% noise, so activations are predictable from x as in trained models (default 0: independent random rows)",
       "active-fraction": "plant ReLU sparsity (reglu/drelu): mean share of FFN neurons firing per token, e.g. 0.1",
       "hot-neurons": "with --active-fraction: share of neurons that give --hot-share of activations (default 0.2)",
       "hot-share": "with --active-fraction: default 0.8",
@@ -354,6 +356,7 @@ const commands: Record<string, Command> = {
                 activeFraction: num(v["active-fraction"], "active-fraction", { min: 0 })!,
                 hotNeurons: num(v["hot-neurons"], "hot-neurons", { min: 0 }) ?? 0.2,
                 hotShare: num(v["hot-share"], "hot-share", { min: 0 }) ?? 0.8,
+                gateRank: num(v["gate-rank"], "gate-rank", { int: true, min: 0 }) ?? 0,
               },
       });
       const bytes = await w.write(out, { onProgress: progressBar(`writing ${out}`) });

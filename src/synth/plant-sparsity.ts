@@ -15,9 +15,19 @@ export interface SparsityPlan {
   activeFraction: number; // mean share of neurons firing per token (default 0.1)
   hotNeurons: number; // share of neurons … (default 0.2)
   hotShare: number; // … giving this share of all activations (default 0.8)
+  /**
+   * 0: gate rows independent random (no predictor can see which neurons fire: 11008 random
+   * directions do not fit a narrow bottleneck). R > 0: each gate row is a rank-R combination
+   * plus GATE_NOISE of independent noise (same variance), so whether a neuron fires depends on
+   * an R-dimensional projection of x — the structure trained predictors exploit in real models.
+   */
+  gateRank?: number;
 }
 
-export const defaultSparsityPlan: SparsityPlan = { activeFraction: 0.1, hotNeurons: 0.2, hotShare: 0.8 };
+/** Share of a low-rank gate row's variance that is independent noise. */
+export const GATE_NOISE = 0.05;
+
+export const defaultSparsityPlan: SparsityPlan = { activeFraction: 0.1, hotNeurons: 0.2, hotShare: 0.8, gateRank: 0 };
 
 /** Value of the constant residual channel (dimension 0) in every token embedding. */
 export const BIAS_VALUE = 4;

@@ -10,7 +10,7 @@ import { ACTIVATION_KEY, type FfnActivation } from "../model/config.js";
 import { GGMLType, native } from "../native.js";
 import { vocabFromHfTokenizerJson } from "../tokenizer/hf-import.js";
 import type { GgufVocab } from "../tokenizer/vocab.js";
-import { BIAS_VALUE, biasChannelWeights, neuronFrequencies, type SparsityPlan } from "./plant-sparsity.js";
+import { BIAS_VALUE, GATE_NOISE, biasChannelWeights, neuronFrequencies, type SparsityPlan } from "./plant-sparsity.js";
 
 export interface SynthShape {
   embd: number;
@@ -117,6 +117,38 @@ function randomTensor(type: number, rows: number, cols: number, std: number, see
   };
 }
 
+/**
+ * Gate rows as √(1−GATE_NOISE)·(A·V) + √GATE_NOISE·noise: A (ff, rank) and V (rank, embd)
+ * uniform with std gateStd/√rank and 1, so every element keeps variance gateStd². The native
+ * matmul forms the chunk's (m, embd) product; A and V are generated once per layer.
+ */
+function lowRankGate(ff: number, embd: number, rank: number, gateStd: number, seed: bigint): Edit {
+  const n = native();
+  let a = -1;
+  let vt = -1;
+  return (v, r0, m, cols) => {
+    if (a < 0) {
+      a = n.alloc(ff * rank * 4);
+      vt = n.alloc(embd * rank * 4);
+      n.fillUniform(a, 0, ff * rank, seed * 31n + 1n, (gateStd / Math.sqrt(rank)) * Math.sqrt(3));
+      n.fillUniform(vt, 0, embd * rank, seed * 31n + 2n, Math.sqrt(3)); // Vᵀ: (embd, rank)
+    }
+    const y = n.alloc(m * cols * 4);
+    // Y[t, c] = Σ_j Vᵀ[c, j] · A[r0+t, j]
+    n.matmul(GGMLType.F32, vt, 0, embd, rank, a, r0 * rank * 4, m, y, 0);
+    const low = n.viewF32(y, 0, m * cols);
+    const sn = Math.sqrt(GATE_NOISE);
+    const sl = Math.sqrt(1 - GATE_NOISE);
+    for (let i = 0; i < m * cols; i++) v[i] = sn * v[i]! + sl * low[i]!;
+    n.free(y);
+    if (r0 + m >= ff) {
+      n.free(a);
+      n.free(vt);
+      a = vt = -1;
+    }
+  };
+}
+
 /** Build the writer for a synthetic llama-family model (call .write(path) on it). */
 export function synthModel(o: SynthOptions): GGUFWriter {
   const s = o.shape;
@@ -162,6 +194,7 @@ export function synthModel(o: SynthOptions): GGUFWriter {
     w.setF32("neuronpipe.synth.active_fraction", plan.activeFraction);
     w.setF32("neuronpipe.synth.hot_neurons", plan.hotNeurons);
     w.setF32("neuronpipe.synth.hot_share", plan.hotShare);
+    if (plan.gateRank) w.setU32("neuronpipe.synth.gate_rank", plan.gateRank);
   }
   // planted sparsity: dimension 0 of the residual is a constant bias channel (see plant-sparsity.ts)
   const zeroRow0: Edit | undefined = plan ? (v, r0, _m, cols) => r0 === 0 && v.fill(0, 0, cols) : undefined;
@@ -189,7 +222,12 @@ export function synthModel(o: SynthOptions): GGUFWriter {
     norm(`${p}ffn_norm.weight`, s.embd, plan ? setCol0(() => 1) : undefined);
     const gateStd = 1 / Math.sqrt(s.embd);
     const bias = plan ? biasChannelWeights(neuronFrequencies(s.ff, plan, Number((seed * 131n + BigInt(l)) % 2147483647n)), s.embd, gateStd) : undefined;
-    mat(`${p}ffn_gate.weight`, s.ff, s.embd, gateStd, bias ? setCol0((r) => bias[r]!) : undefined);
+    const rank = plan?.gateRank ?? 0;
+    const lowRank = rank > 0 ? lowRankGate(s.ff, s.embd, rank, gateStd, seed * 7907n + BigInt(l)) : undefined;
+    mat(`${p}ffn_gate.weight`, s.ff, s.embd, gateStd, (v, r0, m, cols) => {
+      lowRank?.(v, r0, m, cols);
+      if (bias) setCol0((r) => bias[r]!)(v, r0, m, cols);
+    });
     mat(`${p}ffn_up.weight`, s.ff, s.embd, 1 / Math.sqrt(s.embd));
     mat(`${p}ffn_down.weight`, s.embd, s.ff, outScale / Math.sqrt(s.ff), zeroRow0);
   }

@@ -1,0 +1,244 @@
+#!/usr/bin/env node
+// Sparse decode under a memory budget (`npm run bench`, second part): a llama2-7b-shaped
+// synthetic ReGLU model (Q4_0, planted sparsity ~10% active, predictable gates) with half of its
+// FFN offloaded to storage, against llama.cpp (node-llama-cpp) under a memory cgroup of the
+// same size and in memory — each engine in its own child process, one after the other.
+//
+//   node bench/sparse.js                 # build (once, cached in bench/.models) and run
+//   options: --ffn F (0.5: share of FFN neurons the cache holds) --decode N (32) --threads N (2)
+//            --ctx N (512) --dir DIR --out FILE (bench/results/sparse-latest.json)
+//            --peer-limit-extra BYTES (268435456: the peer's cgroup = our budget + this, for
+//            node's own runtime, which our budget does not count either)
+//
+// Building the model once: synth (~2 min), profile 1024 tokens (dense, ~2 min), train the
+// predictors on 2000 tokens (~8 min), pack (~1 min). Progress goes to stderr.
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+
+const benchDir = dirname(fileURLToPath(import.meta.url));
+const rootDir = resolve(benchDir, "..");
+const cli = join(rootDir, "bin", "neuronpipe.js");
+const PROMPT = "Once upon a time, in a small village by the sea, there lived";
+const log = (...a) => process.stderr.write(`[bench:sparse] ${a.join(" ")}\n`);
+
+const { values: v } = parseArgs({
+  options: {
+    ffn: { type: "string", default: "0.5" },
+    decode: { type: "string", default: "32" },
+    threads: { type: "string", default: "2" },
+    ctx: { type: "string", default: "512" },
+    dir: { type: "string" },
+    out: { type: "string" },
+    "peer-limit-extra": { type: "string", default: String(256 * 2 ** 20) },
+    child: { type: "string" },
+    model: { type: "string" },
+    budget: { type: "string" },
+    result: { type: "string" },
+    help: { type: "boolean", short: "h", default: false },
+  },
+});
+if (v.help) {
+  process.stdout.write(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 16).join("\n") + "\n");
+  process.exit(0);
+}
+const threads = Number(v.threads);
+const decode = Number(v.decode);
+const ctx = Number(v.ctx);
+
+function run(args, what) {
+  log(`${what}: node ${args.join(" ")}`);
+  const r = spawnSync(process.execPath, args, { stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, NEURONPIPE_PROGRESS: "1" } });
+  if (r.status !== 0) throw new Error(`${what} failed (exit ${r.status})`);
+}
+
+/** Build (or reuse) the model, its profile, predictors and pack. */
+function prepare(dir) {
+  mkdirSync(dir, { recursive: true });
+  const model = join(dir, "llama2-7b-sparse-q4_0-seed1.gguf");
+  const profile = `${model}.profile.gguf`;
+  const predictor = `${model}.predictor.gguf`;
+  const pack = join(dir, "llama2-7b-sparse-q4_0-seed1.pack.gguf");
+  if (!existsSync(model))
+    run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", "--seed", "1", "--out", model], "synth");
+  if (!existsSync(profile)) run([cli, "profile", "--model", model, "--max-tokens", "1024", "--ctx", "256", "--threads", String(threads)], "profile");
+  if (!existsSync(predictor))
+    run([cli, "train-predictor", "--model", model, "--max-tokens", "2000", "--epochs", "4", "--threads", String(threads)], "train-predictor");
+  if (!existsSync(pack)) run([cli, "pack", "--model", model, "--profile", profile, "--predictor", predictor, "--out", pack], "pack");
+  return { model, pack };
+}
+
+/** The memory cgroup (v1) this process is in, or undefined. */
+function cgroupRoot() {
+  try {
+    const line = readFileSync("/proc/self/cgroup", "utf8").split("\n").find((l) => /^\d+:([^:]*,)?memory(,[^:]*)?:/.test(l));
+    if (!line) return undefined;
+    const p = join("/sys/fs/cgroup/memory", line.split(":")[2]);
+    return existsSync(join(p, "memory.limit_in_bytes")) ? p : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Run a child of this script (one engine); with `limit`, inside a fresh memory cgroup of that size. */
+function child(kind, args, limit) {
+  return new Promise((resolvePromise) => {
+    const resultFile = join(os.tmpdir(), `np-sparse-${process.pid}-${kind}-${Date.now()}.json`);
+    const nodeArgs = [fileURLToPath(import.meta.url), "--child", kind, "--result", resultFile, "--threads", String(threads), "--decode", String(decode), "--ctx", String(ctx), ...args];
+    let cg;
+    let cmd = process.execPath;
+    let argv = nodeArgs;
+    if (limit) {
+      const root = cgroupRoot();
+      if (!root) return resolvePromise({ engine: kind, error: "no writable memory cgroup (v1) here" });
+      cg = join(root, `np-bench-${process.pid}-${kind}`);
+      mkdirSync(cg);
+      writeFileSync(join(cg, "memory.limit_in_bytes"), String(limit));
+      // the shell joins the cgroup, then becomes node: everything the engine maps or caches is charged to it
+      cmd = "/bin/sh";
+      argv = ["-c", `echo $$ > ${join(cg, "cgroup.procs")} && exec "$0" "$@"`, process.execPath, ...nodeArgs];
+    }
+    const p = spawn(cmd, argv, { stdio: ["ignore", "inherit", "inherit"] });
+    p.on("exit", (code, signal) => {
+      let res;
+      if (existsSync(resultFile)) res = JSON.parse(readFileSync(resultFile, "utf8"));
+      else res = { engine: kind, error: `exited with ${signal ?? `code ${code}`}${signal === "SIGKILL" ? " (killed: out of memory in the cgroup?)" : ""}` };
+      if (cg) {
+        try {
+          res.cgroup = {
+            limit,
+            maxUsage: Number(readFileSync(join(cg, "memory.max_usage_in_bytes"), "utf8")),
+            failcnt: Number(readFileSync(join(cg, "memory.failcnt"), "utf8")),
+            oomKills: /oom_kill (\d+)/.exec(readFileSync(join(cg, "memory.oom_control"), "utf8"))?.[1],
+          };
+          rmdirSync(cg);
+        } catch (e) {
+          res.cgroupError = String(e);
+        }
+      }
+      resolvePromise(res);
+    });
+  });
+}
+
+// ---- children -------------------------------------------------------------------------------
+
+async function childNeuronpipe() {
+  const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
+  const t0 = performance.now();
+  const model = await np.loadSparseModel(v.model, { memory: Number(v.budget), threads, contextSize: ctx });
+  const loadSeconds = (performance.now() - t0) / 1000;
+  log(`neuronpipe: loaded in ${loadSeconds.toFixed(1)} s\n${model.sparse.describe()}`);
+  const s = model.createSession();
+  // warm-up: a few tokens so the cache holds the working set, then measure
+  let it = s.generate(PROMPT, { maxTokens: 4, temperature: 0 });
+  while (!(await it.next()).done);
+  s.reset();
+  model.sparse.resetStats();
+  it = s.generate(PROMPT, { maxTokens: decode, temperature: 0 });
+  const toks = [];
+  let tFirst = 0;
+  let tLast = 0;
+  let r;
+  while (!(r = await it.next()).done) {
+    toks.push(r.value.token);
+    tLast = performance.now();
+    if (toks.length === 1) {
+      tFirst = tLast;
+      model.sparse.resetStats(); // count decode passes only, not the prompt's
+    }
+  }
+  const rep = model.sparse.report();
+  const sum = (f) => rep.reduce((a, x) => a + f(x), 0);
+  const tokens = rep[0].tokens;
+  const out = {
+    engine: "neuronpipe",
+    loadSeconds,
+    decodeTokensPerSecond: (toks.length - 1) / ((tLast - tFirst) / 1000),
+    generated: toks,
+    budget: Number(v.budget),
+    plan: model.sparse.plan,
+    io: model.sparse.io,
+    hitRate: (sum((x) => x.gateHits + x.upDownHits)) / sum((x) => x.gateAccesses + x.upDownAccesses),
+    bytesReadPerToken: sum((x) => x.bytesRead) / tokens,
+    readsPerToken: sum((x) => x.reads) / tokens,
+    predictedPerToken: sum((x) => x.predicted) / tokens,
+    firedPerToken: sum((x) => x.fired) / tokens,
+    layers: rep,
+    peakResidentBytes: model.sparse.peakResidentBytes,
+    processPeakRssBytes: process.resourceUsage().maxRSS * 1024,
+  };
+  s.dispose();
+  model.dispose();
+  return out;
+}
+
+async function childPeer() {
+  const { openPeer } = await import(pathToFileURL(join(benchDir, "peer", "llama-peer.mjs")).href);
+  const t0 = performance.now();
+  const peer = await openPeer(v.model, { threads, contextSize: ctx, useMmap: true });
+  const loadSeconds = (performance.now() - t0) / 1000;
+  const ids = peer.tokenize(PROMPT, { addBos: true });
+  await peer.timeDecode(ids, 4); // warm-up
+  const r = await peer.timeDecode(ids, decode);
+  await peer.dispose?.();
+  return { engine: "llama.cpp", loadSeconds, decodeTokensPerSecond: r.tokensPerSecond, generated: r.tokens, processPeakRssBytes: process.resourceUsage().maxRSS * 1024 };
+}
+
+if (v.child) {
+  const res = v.child === "neuronpipe" ? await childNeuronpipe() : await childPeer();
+  writeFileSync(v.result, JSON.stringify(res));
+  process.exit(0);
+}
+
+// ---- parent ---------------------------------------------------------------------------------
+
+const dir = resolve(v.dir ?? process.env.NEURONPIPE_BENCH_DIR ?? join(benchDir, ".models"));
+const { model, pack } = prepare(dir);
+const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
+const packInfo = np.openPack(pack);
+const ffn = Number(v.ffn);
+const budget = np.budgetForFfnFraction(packInfo, ffn, { contextSize: ctx, batchSize: 32, clusterSize: 32, hotShare: 0.75, clusterAdmit: 0.5, stagingNeurons: 256, predictor: true });
+const peerLimit = budget + Number(v["peer-limit-extra"]);
+const fmt = (b) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+log(`budget for ${(100 * ffn).toFixed(0)}% of the FFN resident: ${fmt(budget)}; model file ${fmt(np.readGGUF(model).fileSize)}; peer cgroup limit ${fmt(peerLimit)}`);
+
+const results = [];
+results.push({ setting: `neuronpipe, --memory ${fmt(budget)} (${(100 * (1 - ffn)).toFixed(0)}% of FFN offloaded)`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget)])) });
+results.push({ setting: `llama.cpp, memory cgroup ${fmt(peerLimit)} (mmap)`, ...(await child("llama.cpp", ["--model", model], peerLimit)) });
+results.push({ setting: "llama.cpp, in memory (mmap, no limit)", ...(await child("llama.cpp", ["--model", model])) });
+results.push({ setting: "neuronpipe, whole FFN resident (sparse, no I/O)", ...(await child("neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, { contextSize: ctx, batchSize: 32, clusterSize: 32, hotShare: 0.75, clusterAdmit: 0.5, stagingNeurons: 256, predictor: true }))])) });
+
+const record = {
+  date: new Date().toISOString(),
+  machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory: os.totalmem() },
+  model: { file: model, pack, shape: "llama2-7b", type: "Q4_0", planted: "active 10%, hot 20% → 80%, gate rank 64" },
+  threads,
+  decodeTokens: decode,
+  contextSize: ctx,
+  ffnResident: ffn,
+  budget,
+  peerLimit,
+  results,
+};
+const outFile = v.out ?? join(benchDir, "results", "sparse-latest.json");
+mkdirSync(dirname(outFile), { recursive: true });
+writeFileSync(outFile, JSON.stringify(record, null, 2) + "\n");
+
+const ours = results[0].decodeTokensPerSecond;
+const lines = [
+  `| setting | decode tok/s | vs neuronpipe | hit rate | read/token | peak memory |`,
+  `|---|---:|---:|---:|---:|---:|`,
+];
+for (const r of results) {
+  const tps = r.decodeTokensPerSecond;
+  const mem = r.peakResidentBytes ? `${fmt(r.peakResidentBytes)} model data (process ${fmt(r.processPeakRssBytes)})` : r.cgroup ? `cgroup max ${fmt(r.cgroup.maxUsage)}` : r.processPeakRssBytes ? `process ${fmt(r.processPeakRssBytes)}` : "";
+  lines.push(
+    `| ${r.setting} | ${tps ? tps.toFixed(2) : r.error ?? "—"} | ${tps ? (ours / tps).toFixed(2) + "×" : "—"} | ${r.hitRate !== undefined ? (100 * r.hitRate).toFixed(1) + "%" : "—"} | ${r.bytesReadPerToken !== undefined ? (r.bytesReadPerToken / 2 ** 20).toFixed(1) + " MiB" : "—"} | ${mem} |`,
+  );
+}
+process.stdout.write(lines.join("\n") + "\n");
+log(`wrote ${outFile}`);
