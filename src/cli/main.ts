@@ -411,11 +411,21 @@ commands.eval = {
     ctx: { type: "string" },
     "max-tokens": { type: "string", short: "n" },
     threads: { type: "string" },
+    memory: { type: "string" },
+    predictor: { type: "string" },
+    io: { type: "string" },
+    "queue-depth": { type: "string" },
+    "sparse-stats": { type: "boolean" },
     json: { type: "boolean" },
     help: { type: "boolean", short: "h" },
   },
   help: {
-    model: "GGUF model (default: the default model)",
+    model: "GGUF model or neuron pack (default: the default model)",
+    memory: "neuron pack only: memory budget, as for generate",
+    predictor: "neuron pack only: trained or oracle",
+    io: "neuron pack only: uring, pread or auto",
+    "queue-depth": "neuron pack only: reads in flight",
+    "sparse-stats": "neuron pack only: per-layer hit rate and bytes read",
     file: "UTF-8 text to evaluate on (default: the bundled held-out text, models/heldout.txt)",
     ctx: "window length in tokens; each window is a fresh context (default 256)",
     "max-tokens": "evaluate at most N tokens of the file (default 20000)",
@@ -428,16 +438,18 @@ commands.eval = {
     const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: 2 }) ?? 20000;
     const threads = num(v.threads, "threads", { int: true, min: 1 });
     const path = (v.model as string | undefined) ?? (await defaultModelPath());
-    const model = await loadModel(path, { threads });
+    const model = await loadAnyModel(path, v, { threads, contextSize: ctx });
     try {
       const tokens = model.tokenizer.encode(readFileSync(file, "utf8"), { addBos: false }).slice(0, maxTokens);
       const ppl = perplexity(model, tokens, ctx, progressBar("perplexity"));
-      const sp = model.config.activation === "swiglu" ? undefined : activationSparsity(model, tokens, ctx);
-      const out = { model: path, file, ctx, ...ppl, sparsity: sp };
+      // a pack has no dense FFN to observe; its own statistics say what fired
+      const sp = model.config.activation === "swiglu" || model.sparse ? undefined : activationSparsity(model, tokens, ctx);
+      const out = { model: path, file, ctx, ...ppl, sparsity: sp, ...(model.sparse && { sparse: model.sparse.report() }) };
       if (v.json) process.stdout.write(JSON.stringify(out) + "\n");
       else {
         process.stdout.write(`perplexity ${ppl.perplexity.toFixed(3)} over ${ppl.tokens} predicted tokens (${ppl.windows} windows of ${ctx})\n`);
         if (sp) process.stdout.write(`FFN sparsity (zero activations per token): mean ${(sp.mean * 100).toFixed(2)}%; per layer ${sp.perLayer.map((x) => (x * 100).toFixed(1) + "%").join(" ")}\n`);
+        if (model.sparse) process.stdout.write(sparseSummary(model.sparse, !!v["sparse-stats"]));
       }
     } finally {
       model.dispose();
