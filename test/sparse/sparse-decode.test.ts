@@ -146,7 +146,8 @@ it.each(["q8_0", "q4_0"])("oracle predictor, synthetic %s model: teacher-forced 
   const got = top1(m);
   m.dispose();
   const agree = got.filter((t, i) => t === want[i]).length / got.length;
-  // measured: q8_0 100%, q4_0 98.6% (the re-quantised down columns add 0.36% / 4.4% relative error)
+  // measured over 70 positions: q8_0 100%, q4_0 97.1% (the re-quantised down columns add 0.36% / 4.4%
+  // relative error; dense greedy and oracle greedy part after 54 / 30 tokens on these random models)
   expect(agree).toBeGreaterThanOrEqual(0.95);
 }, 60_000);
 
