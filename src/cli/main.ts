@@ -602,12 +602,13 @@ commands["train-predictor"] = {
 
 commands.pack = {
   summary: "write the neuron pack: FFN neurons as 4 KiB-aligned bundles in hot-first order, plus the predictor",
-  usage: "neuronpipe pack [--model PATH] [--profile PATH] [--predictor PATH | --no-predictor] [--out PATH]",
+  usage: "neuronpipe pack [--model PATH] [--profile PATH] [--predictor PATH | --no-predictor] [--down-type same|q8_0|…] [--out PATH]",
   options: {
     model: { type: "string", short: "m" },
     profile: { type: "string" },
     predictor: { type: "string" },
     "no-predictor": { type: "boolean" },
+    "down-type": { type: "string" },
     out: { type: "string", short: "o" },
     json: { type: "boolean" },
     help: { type: "boolean", short: "h" },
@@ -615,6 +616,7 @@ commands.pack = {
   help: {
     model: "GGUF model (default: the default model)",
     profile: "activation profile (default: MODEL.profile.gguf, written by `neuronpipe profile`)",
+    "down-type": "type of the re-laid down columns: same (default), f32, f16, q8_0, q4_0 (q8_0 for a Q4_0 model: ~12× less re-layout error, same reads at n_embd 4096)",
     predictor: "predictor file (default: MODEL.predictor.gguf if it exists, written by `neuronpipe train-predictor`)",
     "no-predictor": "pack without a predictor",
     out: "output file (default: MODEL without .gguf + .pack.gguf)",
@@ -642,7 +644,9 @@ commands.pack = {
     }
     if (note && !v.json) process.stderr.write(`packing ${note}\n`);
     const t0 = performance.now();
-    const r = await writePack(model, out, { profile, predictor, onProgress: progressBar(`writing ${out}`) });
+    const dt = ((v["down-type"] as string | undefined) ?? "same").toLowerCase();
+    if (dt !== "same" && weightTypeIds[dt] === undefined) throw new UsageError(`--down-type must be same, f32, f16, q8_0 or q4_0, got "${dt}"`);
+    const r = await writePack(model, out, { profile, predictor, downType: dt === "same" ? undefined : weightTypeIds[dt], onProgress: progressBar(`writing ${out}`) });
     const seconds = (performance.now() - t0) / 1000;
     const pack = openPack(out);
     const rows = pack.layers.map((l, i) => ({ layer: i, hotCount: l.hotCount, downRelayoutError: r.downRelayoutError[i]! }));

@@ -64,6 +64,12 @@ export class PackError extends Error {
 export interface PackOptions {
   profile: string;
   predictor?: string;
+  /**
+   * Type of the re-laid down columns (default: the model's down type). Q8_0 columns for a Q4_0
+   * model cut the re-layout error ~12× (measured 4.4% → 0.36%) and, at n_embd 4096, still fit the
+   * 8 KiB up+down block the Q4_0 columns need: no extra reads, 30% more cache per neuron.
+   */
+  downType?: number;
   onProgress?: (done: number, total: number) => void;
 }
 
@@ -184,11 +190,13 @@ export async function writePack(modelPath: string, outPath: string, opts: PackOp
     checkMatrix(src, d, nFF, nEmbd);
     return { g, u, d };
   });
-  const [gateType, upType, downType] = [ffn[0]!.g.type, ffn[0]!.u.type, ffn[0]!.d.type];
+  const [gateType, upType, srcDownType] = [ffn[0]!.g.type, ffn[0]!.u.type, ffn[0]!.d.type];
+  const downType = opts.downType ?? srcDownType;
+  if (![0, 1, 2, 8].includes(downType)) throw new PackError(`${outPath}: down column type ${downType} is not one of F32 (0), F16 (1), Q4_0 (2), Q8_0 (8)`);
   for (const [l, { g, u, d }] of ffn.entries()) {
-    if (g.type !== gateType || u.type !== upType || d.type !== downType) {
+    if (g.type !== gateType || u.type !== upType || d.type !== srcDownType) {
       throw new PackError(
-        `${modelPath}: layer ${l} FFN types (${[g, u, d].map((t) => tensorTypeName(t.type)).join("/")}) differ from layer 0's (${[gateType, upType, downType].map(tensorTypeName).join("/")}); a pack needs one type per matrix kind`,
+        `${modelPath}: layer ${l} FFN types (${[g, u, d].map((t) => tensorTypeName(t.type)).join("/")}) differ from layer 0's (${[gateType, upType, srcDownType].map(tensorTypeName).join("/")}); a pack needs one type per matrix kind`,
       );
     }
   }
@@ -278,7 +286,7 @@ export async function writePack(modelPath: string, outPath: string, opts: PackOp
         data: () => {
           const { g, u, d } = ffn[l]!;
           const order = orders[l]!;
-          relayout ??= new DownRelayout(downType, nEmbd, nFF);
+          relayout ??= new DownRelayout(srcDownType, downType, nEmbd, nFF);
           errors[l] = relayout.run(mapped.id, d.offset);
           const cols = relayout.cols;
           out ??= new Uint8Array(bundleBytes * nFF);
@@ -335,7 +343,8 @@ class DownRelayout {
   readonly cols: Uint8Array;
 
   constructor(
-    readonly type: number,
+    readonly srcType: number, // the model's down matrix
+    readonly type: number, // the re-laid columns
     readonly nEmbd: number,
     readonly nFF: number,
   ) {
@@ -355,7 +364,7 @@ class DownRelayout {
   run(buf: number, off: number): number {
     const { n, nEmbd, nFF, chunk, colBytes, D, T, R, Q } = this;
     const [dId, tId, rId, qId] = this.ids as [number, number, number, number];
-    for (let r = 0; r < nEmbd; r++) n.dequantizeRow(this.type, buf, off, nFF, r, dId, r * nFF * 4);
+    for (let r = 0; r < nEmbd; r++) n.dequantizeRow(this.srcType, buf, off, nFF, r, dId, r * nFF * 4);
     let num = 0;
     let den = 0;
     for (let j0 = 0; j0 < nFF; j0 += chunk) {
