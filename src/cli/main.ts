@@ -553,6 +553,8 @@ commands["train-predictor"] = {
     epochs: { type: "string" },
     "target-recall": { type: "string" },
     "train-fraction": { type: "string" },
+    "max-hidden": { type: "string" },
+    calibration: { type: "string" },
     "max-tokens": { type: "string", short: "n" },
     seed: { type: "string" },
     threads: { type: "string" },
@@ -566,6 +568,8 @@ commands["train-predictor"] = {
     epochs: "passes over the training activations (default 3)",
     "target-recall": "each layer's threshold is the largest reaching this recall on the training split (default 0.998)",
     "train-fraction": "share of the corpus tokens used for training (default 0.8)",
+    calibration: "share of the training tokens held out of fitting to choose the thresholds (default 0: chosen on the fitting tokens)",
+    "max-hidden": "upper bound of a layer's hidden width (default 256; the width is 0.75 × active neurons per token, rounded to 32)",
     "max-tokens": "use at most N corpus tokens",
     seed: "initialisation and shuffling seed (default 1); training is deterministic",
     threads: "compute threads for the collection passes",
@@ -585,6 +589,8 @@ commands["train-predictor"] = {
         targetRecall,
         trainFraction,
         seed,
+        maxHidden: num(v["max-hidden"], "max-hidden", { int: true, min: 32 }),
+        calibrationFraction: num(v.calibration, "calibration", { min: 0 }),
         onProgress: (phase, d, t) => (bars[phase] ??= progressBar(phase))(d, t),
       });
       await writePredictors(out, r, {

@@ -111,6 +111,12 @@ export interface TrainOptions {
   /** hidden = clamp(roundTo32(widthFactor · activeMean), 32, maxHidden). Default 0.75. */
   widthFactor?: number;
   maxHidden?: number; // default 256
+  /**
+   * Share of the training tokens held out of fitting to choose each layer's threshold (the
+   * largest with recall ≥ targetRecall on them). 0 (default): chosen on the fitting tokens,
+   * which overstates recall when the predictor overfits (many epochs, few tokens).
+   */
+  calibrationFraction?: number;
   /** Total predictor parameters must stay ≤ sizeBudget · FFN parameters (3·nEmbd·nFF per layer); the widest layers shrink by 32 until they do. Default 0.1. */
   sizeBudget?: number;
   /** Use at most this many training tokens (after the split). */
@@ -177,6 +183,27 @@ export function chooseHidden(activeMean: number[], nEmbd: number, nFF: number, w
   return h;
 }
 
+/** The largest threshold with recall(score > threshold) ≥ target on rows [r0, r0+nRows) of (x, y). */
+function calibrateThreshold(fc1: number, fc2: number, nEmbd: number, hidden: number, nFF: number, x: number, y: number, r0: number, nRows: number, target: number): number {
+  const n = native();
+  const scores = n.alloc(nRows * nFF * 4);
+  try {
+    n.predictorScores(fc1, 0, fc2, 0, nEmbd, hidden, nFF, x, r0 * nEmbd * 4, nRows, scores, 0);
+    const s = n.viewF32(scores, 0, nRows * nFF);
+    const bits = n.viewU8(y, r0 * (nFF / 8), nRows * (nFF / 8));
+    const pos: number[] = [];
+    for (let t = 0; t < nRows; t++)
+      for (let i = 0; i < nFF; i++) if ((bits[t * (nFF / 8) + (i >> 3)]! >> (i & 7)) & 1) pos.push(s[t * nFF + i]!);
+    if (pos.length === 0) return Infinity; // never fired: predict nothing
+    pos.sort((a, b) => a - b);
+    const misses = Math.floor((1 - target) * pos.length); // positives allowed below the threshold
+    const v = pos[misses]!;
+    return v - Math.max(1e-6, Math.abs(v) * 1e-6); // just below: that positive and all above pass
+  } finally {
+    n.free(scores);
+  }
+}
+
 /**
  * Train per-layer predictors on the first trainFraction of `tokens`, evaluate them on the rest.
  * Deterministic for given tokens and options.
@@ -193,7 +220,9 @@ export function trainPredictors(model: Model, tokens: readonly number[], opts: T
     widthFactor: opts.widthFactor ?? 0.75,
     maxHidden: opts.maxHidden ?? 256,
     sizeBudget: opts.sizeBudget ?? 0.1,
+    calibrationFraction: opts.calibrationFraction ?? 0,
   };
+  if (!(o.calibrationFraction >= 0 && o.calibrationFraction < 1)) throw new RangeError(`calibrationFraction must be in [0, 1), got ${o.calibrationFraction}`);
   const { nLayer, nEmbd, nFF } = model.config;
   const n = native();
   const cut = Math.floor(tokens.length * o.trainFraction);
@@ -221,7 +250,11 @@ export function trainPredictors(model: Model, tokens: readonly number[], opts: T
         // positives upweighted by sqrt(neg/pos) (≈ 4–7 at 95–98% sparsity); the threshold then sets the recall
         const posWeight = Math.sqrt((1 - pos) / Math.max(pos, 1e-6));
         const ts = performance.now();
-        const r = n.trainPredictor(tr.x[l]!, 0, tr.y[l]!, 0, tr.nTok, nEmbd, nFF, h, o.epochs, o.batch, o.lr, posWeight, o.seed + l, o.targetRecall, fc1, 0, fc2, 0);
+        // the last calibrationFraction of the training rows choose the threshold, the rest fit
+        const nCal = Math.floor(tr.nTok * o.calibrationFraction);
+        const nFit = tr.nTok - nCal;
+        const r = n.trainPredictor(tr.x[l]!, 0, tr.y[l]!, 0, nFit, nEmbd, nFF, h, o.epochs, o.batch, o.lr, posWeight, o.seed + l, o.targetRecall, fc1, 0, fc2, 0);
+        if (nCal > 0) r.threshold = calibrateThreshold(fc1, fc2, nEmbd, h, nFF, tr.x[l]!, tr.y[l]!, nFit, nCal, o.targetRecall);
         const trainMs = performance.now() - ts;
         opts.onProgress?.("eval", l, nLayer);
         const c = n.predictorEval(fc1, 0, fc2, 0, nEmbd, h, nFF, ev.x[l]!, 0, ev.y[l]!, 0, ev.nTok, r.threshold);

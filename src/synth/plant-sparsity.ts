@@ -25,7 +25,7 @@ export interface SparsityPlan {
 }
 
 /** Share of a low-rank gate row's variance that is independent noise. */
-export const GATE_NOISE = 0.05;
+export const GATE_NOISE = 0.01;
 
 export const defaultSparsityPlan: SparsityPlan = { activeFraction: 0.1, hotNeurons: 0.2, hotShare: 0.8, gateRank: 0 };
 
