@@ -78,7 +78,7 @@ export function slotBytesOf(pack: Pack): number {
 export function predictorBytes(pack: Pack): number {
   if (!pack.predictor) return 0;
   let b = 0;
-  for (const l of pack.predictor) b += (l.fc1.length + l.fc2.length) * 4;
+  for (const l of pack.predictor) b += l.hidden * (pack.config.nEmbd + pack.config.nFF) * 4;
   return b;
 }
 

@@ -29,8 +29,12 @@ export interface PackLayer {
 }
 export interface PackPredictorLayer {
   hidden: number;
-  fc1: Float32Array;
-  fc2: Float32Array /* (n_ff, hidden), rows in pack order */;
+  /** Read from the file on first use (a 7B pack holds hundreds of MB of predictors; loadSparseModel reads them straight into native memory instead). */
+  readonly fc1: Float32Array; // (hidden, n_embd)
+  readonly fc2: Float32Array; // (n_ff, hidden), rows in pack order
+  /** File offsets of the F32 tensors blk.N.fc1.weight and blk.N.fc2.weight. */
+  fc1Offset: number;
+  fc2Offset: number;
   threshold: number;
 }
 export interface Pack {
@@ -530,9 +534,20 @@ export function openPack(path: string): Pack {
       if (missing.length) fail(`predictor present in some layers but not others: missing ${missing.join(", ")}`);
       const thr = file.metadata.get("neuronpipe.predictor.threshold")?.value as ArrayLike<number> | undefined;
       if (!thr || typeof thr !== "object" || thr.length !== nLayer) fail(`predictor tensors present but neuronpipe.predictor.threshold is missing or not one value per layer (${nLayer})`);
+      // lazily: the file is reopened when a test or tool asks for the values
       const readF32 = (t: TensorInfo) => {
-        const i = readI32(t);
-        return new Float32Array(i.buffer, i.byteOffset, i.length);
+        const f = openSync(path, "r");
+        try {
+          const b = Buffer.alloc(t.nbytes);
+          for (let got = 0; got < b.length; ) {
+            const r = readSync(f, b, got, b.length - got, t.offset + got);
+            if (r === 0) fail(`tensor ${t.name}: file ends at ${t.offset + got} (truncated)`);
+            got += r;
+          }
+          return new Float32Array(b.buffer, b.byteOffset, t.nbytes / 4);
+        } finally {
+          closeSync(f);
+        }
       };
       predictor = [];
       for (let l = 0; l < nLayer; l++) {
@@ -540,7 +555,21 @@ export function openPack(path: string): Pack {
         const hidden = t1.ne[1] ?? 1;
         tensor(t1.name, F32, [nEmbd, hidden]);
         const t2 = tensor(`blk.${l}.fc2.weight`, F32, [hidden, nFF]);
-        predictor.push({ hidden, fc1: readF32(t1), fc2: readF32(t2), threshold: Number(thr![l]) });
+        if (t1.offset + t1.nbytes > file.fileSize || t2.offset + t2.nbytes > file.fileSize) fail(`predictor tensors of layer ${l} run past the end of the file (truncated)`);
+        let fc1: Float32Array | undefined;
+        let fc2: Float32Array | undefined;
+        predictor.push({
+          hidden,
+          threshold: Number(thr![l]),
+          fc1Offset: t1.offset,
+          fc2Offset: t2.offset,
+          get fc1() {
+            return (fc1 ??= readF32(t1));
+          },
+          get fc2() {
+            return (fc2 ??= readF32(t2));
+          },
+        });
       }
     }
   } finally {

@@ -12,6 +12,7 @@
 // bit-identical for any budget, I/O backend or thread count. The gate dot products use the
 // same kernels (and Q8_0 activation rounding) as the dense matvec, so the oracle fires exactly
 // the neurons the dense FFN fires.
+import { closeSync, openSync, readSync } from "node:fs";
 import { GateKind, native, type NativeAddon } from "../native.js";
 import type { RunState } from "../model/forward.js";
 import type { SparseFfn } from "../model/weights.js";
@@ -74,20 +75,38 @@ export class SparseFfnEngine implements SparseFfn {
           `${pack.path}: the pack has no predictors (blk.N.fc1.weight / blk.N.fc2.weight); train them with \`neuronpipe train-predictor\` and pack again, or run with the oracle predictor`,
         );
       }
+      // straight from the file into native memory (no JS copy: the plan counts these bytes once)
+      const { nEmbd, nFF } = cfg;
       let bytes = 0;
-      for (const l of pack.predictor) bytes += (l.fc1.length + l.fc2.length) * 4;
+      for (const l of pack.predictor) bytes += l.hidden * (nEmbd + nFF) * 4;
       const buf = n.alloc(bytes);
       const fc1: number[] = [];
       const fc2: number[] = [];
-      let o = 0;
-      for (const l of pack.predictor) {
-        n.viewF32(buf, o, l.fc1.length).set(l.fc1);
-        fc1.push(o);
-        o += l.fc1.length * 4;
-        n.viewF32(buf, o, l.fc2.length).set(l.fc2);
-        fc2.push(o);
-        o += l.fc2.length * 4;
+      const fd = openSync(pack.path, "r");
+      try {
+        let o = 0;
+        const read = (fileOff: number, len: number) => {
+          for (let done = 0; done < len; ) {
+            const chunk = Math.min(64 * 2 ** 20, len - done);
+            const got = readSync(fd, n.viewU8(buf, o + done, chunk), 0, chunk, fileOff + done);
+            if (got <= 0) throw new Error(`${pack.path}: predictor tensor at byte ${fileOff + done}: file ends early (truncated)`);
+            done += got;
+          }
+          o += len;
+        };
+        for (const l of pack.predictor) {
+          fc1.push(o);
+          read(l.fc1Offset, l.hidden * nEmbd * 4);
+          fc2.push(o);
+          read(l.fc2Offset, nFF * l.hidden * 4);
+        }
+      } catch (e) {
+        closeSync(fd);
+        n.free(buf);
+        n.free(this.scratch);
+        throw e;
       }
+      closeSync(fd);
       this.pred = { buf, fc1, fc2, hidden: pack.predictor.map((l) => l.hidden), threshold: pack.predictor.map((l) => l.threshold) };
     }
     this.stats = Array.from({ length: cfg.nLayer }, () => ({ predicted: 0, fired: 0, tokens: 0 }));
