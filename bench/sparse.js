@@ -60,7 +60,7 @@ function run(args, what) {
 }
 
 /** Build (or reuse) the model, its profile, predictors and pack. */
-function prepare(dir) {
+async function prepare(dir) {
   mkdirSync(dir, { recursive: true });
   const model = join(dir, "llama2-7b-sparse-q4_0-seed1.gguf");
   const profile = `${model}.profile.gguf`;
@@ -68,14 +68,35 @@ function prepare(dir) {
   const pack = join(dir, "llama2-7b-sparse-q4_0-seed1.pack.gguf");
   if (!existsSync(model))
     run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", "--seed", "1", "--out", model], "synth");
-  if (!existsSync(profile)) run([cli, "profile", "--model", model, "--max-tokens", "1024", "--ctx", "256", "--threads", String(threads)], "profile");
+  // A random-weight model writes random tokens, so its activations are profiled and its
+  // predictors trained on text of uniformly random tokens (seeded) — the distribution it decodes.
+  const corpus = join(dir, "random-tokens-llama2-seed1.txt");
+  if (!existsSync(corpus)) writeFileSync(corpus, await randomTokenTextAsync(model, 4000));
+  if (!existsSync(profile)) run([cli, "profile", "--model", model, "--corpus", corpus, "--max-tokens", "1024", "--ctx", "256", "--threads", String(threads)], "profile");
   if (!existsSync(predictor))
     run(
-      [cli, "train-predictor", "--model", model, "--max-tokens", "3000", "--epochs", "8", "--max-hidden", "128", "--calibration", "0.15", "--target-recall", "0.99", "--threads", String(threads)],
+      [cli, "train-predictor", "--model", model, "--corpus", corpus, "--max-tokens", "3000", "--epochs", "8", "--max-hidden", "128", "--calibration", "0.15", "--target-recall", "0.99", "--threads", String(threads)],
       "train-predictor",
     );
   if (!existsSync(pack)) run([cli, "pack", "--model", model, "--profile", profile, "--predictor", predictor, "--out", pack], "pack");
   return { model, pack };
+}
+
+/** Text of n uniformly random ordinary tokens of the model's vocabulary (no control or byte tokens), seeded. */
+async function randomTokenTextAsync(model, n) {
+  log(`writing ${n} random tokens of text for profiling and predictor training`);
+  const { readGGUF, createTokenizer } = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
+  const { vocabFromGGUF } = await import(pathToFileURL(join(rootDir, "dist", "src", "model", "vocab.js")).href);
+  const tok = createTokenizer(vocabFromGGUF(readGGUF(model)));
+  const V = tok.vocabSize;
+  let s = 1;
+  const ids = [];
+  while (ids.length < n) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0; // LCG: a fixed, documented sequence
+    const id = 259 + (s % (V - 259));
+    ids.push(id);
+  }
+  return tok.decode(ids);
 }
 
 /** The memory cgroup (v1) this process is in, or undefined. */
@@ -240,7 +261,7 @@ if (v.child) {
 // ---- parent ---------------------------------------------------------------------------------
 
 const dir = resolve(v.dir ?? process.env.NEURONPIPE_BENCH_DIR ?? join(benchDir, ".models"));
-const { model, pack } = prepare(dir);
+const { model, pack } = await prepare(dir);
 const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
 const packInfo = np.openPack(pack);
 const ffn = Number(v.ffn);

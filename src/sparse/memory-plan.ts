@@ -187,7 +187,7 @@ export function budgetForFfnFraction(pack: Pack, fraction: number, opts: PlanOpt
 export function describePlan(p: MemoryPlan): string {
   const f = p.fixed;
   return [
-    `memory budget ${formatBytes(p.budget)}: fixed region ${formatBytes(p.fixedTotal)} (weights ${formatBytes(f.weights)}, predictors ${formatBytes(f.predictors)}, KV cache ${formatBytes(f.kvCache)}, run state ${formatBytes(f.runState)}, I/O staging ${formatBytes(f.staging)}, scratch ${formatBytes(f.scratch)}, cache tables ${formatBytes(f.cacheTables)})`,
+    `${p.budget >= 2 ** 52 ? "no memory budget (--memory not given: the whole FFN resident)" : `memory budget ${formatBytes(p.budget)}`}: fixed region ${formatBytes(p.fixedTotal)} (weights ${formatBytes(f.weights)}, predictors ${formatBytes(f.predictors)}, KV cache ${formatBytes(f.kvCache)}, run state ${formatBytes(f.runState)}, I/O staging ${formatBytes(f.staging)}, scratch ${formatBytes(f.scratch)}, cache tables ${formatBytes(f.cacheTables)})`,
     `neuron cache ${formatBytes(p.slots * p.slotBytes)}: ${p.slots} of ${p.totalNeurons} neurons (${(100 * p.ffnResident).toFixed(1)}% of the FFN), hot region ${p.hotFrames} clusters × ${p.clusterSize} neurons, cold region ${p.coldSlots} neurons; ${p.slotBytes} B per neuron`,
   ].join("\n");
 }
