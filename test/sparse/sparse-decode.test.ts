@@ -266,3 +266,17 @@ describe("default model, trained predictor", () => {
     expect(err).toMatch(/layer +hit rate/);
   }, 60_000);
 });
+
+it("neuronpipe generate --memory on a plain model says it needs a pack, naming the file and the command", async () => {
+  let err = "";
+  const e = process.stderr.write.bind(process.stderr);
+  process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
+  try {
+    const code = await main(["generate", "--model", defaultModel, "--memory", "1GiB", "--prompt", "x", "--max-tokens", "1"]);
+    expect(code).not.toBe(0);
+  } finally {
+    process.stderr.write = e;
+  }
+  expect(err).toContain(`--memory needs a neuron pack, and ${defaultModel} is a plain model`);
+  expect(err).toContain("neuronpipe pack --model");
+});
