@@ -231,6 +231,23 @@ export class NeuronCache {
     this.flush();
   }
 
+  /**
+   * Neurons whose gate was read but did not fire go to the cold LRU's tail: they are evicted
+   * first, so a layer's many predicted-but-silent neurons do not push out the ones that fire
+   * (which also cost an up+down read to bring back). They stay readable until evicted.
+   */
+  demoteSilent(layer: number, positions: Int32Array, count: number): void {
+    const base = layer * this.nFF;
+    for (let k = 0; k < count; k++) {
+      const g = base + positions[k]!;
+      const s = this.slotOf[g]!;
+      if (s >= this.plan.hotSlots && this.state[g] === GATE && this.tail !== s) {
+        this.unlink(s);
+        this.pushTail(s);
+      }
+    }
+  }
+
   /** Neurons resident per layer right now (tests, stats). */
   residentNeurons(layer: number): number {
     let c = 0;

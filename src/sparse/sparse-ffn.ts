@@ -41,6 +41,8 @@ export class SparseFfnEngine implements SparseFfn {
   private readonly pred?: { buf: number; fc1: number[]; fc2: number[]; hidden: number[]; threshold: number[] };
   /** Called after each token's last layer (memory sampling). */
   onToken?: () => void;
+  /** Evict predicted-but-silent cold neurons first (NeuronCache.demoteSilent). */
+  demote = true;
 
   constructor(
     readonly pack: Pack,
@@ -154,6 +156,7 @@ export class SparseFfnEngine implements SparseFfn {
       const m = end - start;
       n.matvecRows(pack.gateType, cache.arena, 0, rows, dim, this.scratch, off.slots, m, buf, xbOff, this.scratch, off.gate, stride);
       let nA = 0;
+      let nSilent = 0;
       for (let k = 0; k < m; k++) {
         const g = v.gate[k]!;
         if (g > 0) {
@@ -161,8 +164,9 @@ export class SparseFfnEngine implements SparseFfn {
           v.aPos[nA] = v.P[start + k]!;
           v.gA[nA] = g;
           nA++;
-        }
+        } else v.slots[nSilent++] = v.P[start + k]!; // reuse: positions of the silent ones
       }
+      if (this.demote) cache.demoteSilent(layer, v.slots, nSilent);
       st.fired += nA;
       if (nA > 0) {
         // phase 2: up + down of the neurons that fired
