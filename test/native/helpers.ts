@@ -7,6 +7,17 @@ export { GGMLType };
 export const fr = Math.fround;
 
 /** Levels this CPU can run (scalar always). */
+/** Run f with the kernels forced to a SIMD level, restoring the previous level afterwards. */
+export function withLevel<T>(level: SimdLevel, f: () => T): T {
+  const prev = N.getSimd();
+  N.setSimd(level);
+  try {
+    return f();
+  } finally {
+    N.setSimd(prev);
+  }
+}
+
 export function supportedLevels(): SimdLevel[] {
   const f = N.cpuFeatures();
   const out: SimdLevel[] = ["scalar"];

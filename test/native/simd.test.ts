@@ -3,6 +3,7 @@ import { afterAll, describe, it } from "vitest";
 import {
   N, GGMLType, bufF32, bufI32, bufBytes, readF32, freeAll, randF32, rowBytes, dequantRowTS, effectiveX,
   expectClose, makeWeights, supportedLevels,
+  withLevel,
 } from "./helpers.js";
 import type { SimdLevel } from "../../src/native.js";
 
@@ -18,15 +19,6 @@ const DOT_TOL = 1e-5;
 // Elementwise ops that only differ by fma-vs-mul+add or summation order: a few ulps.
 const ELEM_TOL = 1e-6;
 
-function withLevel<T>(level: SimdLevel, f: () => T): T {
-  const prev = N.getSimd();
-  N.setSimd(level);
-  try {
-    return f();
-  } finally {
-    N.setSimd(prev);
-  }
-}
 
 function colsFor(t: number, big = false) {
   // F types: SIMD tails. Q types: 7 blocks (pairs + odd block); 27 blocks also runs the

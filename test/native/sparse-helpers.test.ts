@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   N, GGMLType, bufF32, bufI32, bufBytes, readF32, freeAll, rng, randF32, rowBytes, dequantRowTS, effectiveX,
   dot64, expectClose, bitsEqual, makeWeights, supportedLevels,
+  withLevel,
 } from "./helpers.js";
 import type { SimdLevel } from "../../src/native.js";
 
@@ -44,15 +45,6 @@ afterAll(() => {
   N.setThreads(threads0);
 });
 
-function withLevel<T>(level: SimdLevel, f: () => T): T {
-  const prev = N.getSimd();
-  N.setSimd(level);
-  try {
-    return f();
-  } finally {
-    N.setSimd(prev);
-  }
-}
 
 function withThreads<T>(n: number, f: () => T): T {
   const prev = N.getThreads();

@@ -8,6 +8,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { f16ToF32 } from "../native/helpers.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadModel } from "../../src/index.js";
 import { readGGUF, type GGUFFile, type TensorInfo } from "../../src/gguf/reader.js";
@@ -30,14 +31,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 // ---- an independent decoder (ggml block layouts, docs/formats.md) ------------------------
 
-function f16(h: number): number {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const m = h & 0x3ff;
-  if (e === 0) return s * m * 2 ** -24;
-  if (e === 31) return m ? NaN : s * Infinity;
-  return s * (1 + m / 1024) * 2 ** (e - 15);
-}
+const f16 = f16ToF32; // the native tests' independent decoder
 
 /** Decode one row of `cols` values of type t from bytes b at offset o; also the per-block scale. */
 function decodeRow(t: number, b: Buffer, o: number, cols: number): { v: Float64Array; scale: Float64Array } {
