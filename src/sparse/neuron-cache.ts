@@ -151,10 +151,46 @@ export class NeuronCache {
       if (++done % 64 === 0) onProgress?.(done, take.length);
     }
     this.flush();
+    this.preloadCold();
     onProgress?.(take.length, take.length);
     // load-time reads are reported apart from per-token traffic
     this.preloadBytes += this.stats.reduce((a, s) => a + s.bytesRead, 0);
     this.resetStats();
+  }
+
+  /**
+   * Fill the cold region with the next most-fired neurons (whole bundles), so that a large
+   * budget starts warm instead of paying a first read for every neuron. Per layer these are a
+   * prefix of the cold pack positions (hot-first order), so each layer is one sequential range.
+   */
+  private preloadCold(): void {
+    const { nLayer } = this.pack.config;
+    const cand: { l: number; p: number; c: number }[] = [];
+    for (let l = 0; l < nLayer; l++) {
+      const counts = this.pack.layers[l]!.counts;
+      for (let p = this.hotLimit[l]!; p < this.nFF; p++) if (counts[p]! > 0) cand.push({ l, p, c: counts[p]! });
+    }
+    cand.sort((a, b) => b.c - a.c || a.l - b.l || a.p - b.p);
+    const prefix = new Int32Array(nLayer);
+    for (const { l } of cand.slice(0, this.plan.coldSlots)) prefix[l]!++;
+    const B = this.pack.bundleBytes;
+    const ud = this.pack.upBytes + this.pack.downBytes;
+    const per = Math.max(1, Math.floor(this.stagingBytes / B));
+    for (let l = 0; l < nLayer; l++) {
+      const p0 = this.hotLimit[l]!;
+      for (let a = p0; a < p0 + prefix[l]!; a += per) {
+        const m = Math.min(per, p0 + prefix[l]! - a);
+        const copies: [number, number, number][] = [];
+        for (let i = 0; i < m; i++) {
+          const g = l * this.nFF + a + i;
+          const slot = this.takeColdSlot(g);
+          this.state[g] = FULL;
+          copies.push([slot * this.slotBytes, i * B, this.pack.gateBytes], [slot * this.slotBytes + this.pack.gateBytes, i * B + this.pack.gateBlock, ud]);
+        }
+        this.queueRead(l, this.bundleOffset(l, a), m * B, copies);
+      }
+    }
+    this.flush();
   }
 
   /**
