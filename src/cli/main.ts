@@ -61,9 +61,25 @@ function bundledHeldout(): string {
   return shipped("heldout.txt");
 }
 
+/** Options of every command that runs a model, for neuron packs (read by loadAnyModel). */
+const packOptions = {
+  memory: { type: "string" },
+  predictor: { type: "string" },
+  io: { type: "string" },
+  "queue-depth": { type: "string" },
+  "sparse-stats": { type: "boolean" },
+} as const;
+const packHelp = {
+  memory: "neuron pack only: hard bound on the memory held for the model, e.g. 2GiB (default: the whole pack resident)",
+  predictor: "neuron pack only: trained (the pack's predictors, default) or oracle (compute every gate)",
+  io: "neuron pack only: storage reads through uring, pread or auto (default auto)",
+  "queue-depth": "neuron pack only: reads in flight (default 32)",
+  "sparse-stats": "neuron pack only: print per-layer hit rate and bytes read per token",
+};
+
 /** A GGUF model (dense), or a neuron pack (sparse, under --memory). */
 async function loadAnyModel(path: string, v: Record<string, string | boolean | undefined>, o: { threads?: number; contextSize?: number }) {
-  const sparseFlags = ["memory", "predictor", "io", "queue-depth", "sparse-stats"].filter((k) => v[k] !== undefined);
+  const sparseFlags = Object.keys(packOptions).filter((k) => v[k] !== undefined);
   if (!isPack(path)) {
     if (sparseFlags.length > 0) throw new UsageError(`--${sparseFlags[0]} needs a neuron pack, and ${path} is a plain model; create one with \`neuronpipe pack --model ${path}\``);
     return loadModel(path, o);
@@ -130,21 +146,13 @@ const commands: Record<string, Command> = {
       seed: { type: "string", short: "s" },
       threads: { type: "string" },
       ctx: { type: "string" },
-      memory: { type: "string" },
-      predictor: { type: "string" },
-      io: { type: "string" },
-      "queue-depth": { type: "string" },
-      "sparse-stats": { type: "boolean" },
+      ...packOptions,
       json: { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
     help: {
       model: "GGUF model file or neuron pack (default: the embedded default model, models/neuronpipe-default.gguf)",
-      memory: "neuron pack only: hard bound on the memory held for the model, e.g. 2GiB (default: the whole pack resident)",
-      predictor: "neuron pack only: trained (the pack's predictors, default) or oracle (compute every gate)",
-      io: "neuron pack only: storage reads through uring, pread or auto (default auto)",
-      "queue-depth": "neuron pack only: reads in flight (default 32)",
-      "sparse-stats": "neuron pack only: print per-layer hit rate and bytes read per token",
+      ...packHelp,
       prompt: "text to continue (default: \"The sea\")",
       "max-tokens": "tokens to generate (default 64)",
       temperature: "sampling temperature; 0 = greedy (default 0.8, as llama.cpp)",
@@ -411,21 +419,13 @@ commands.eval = {
     ctx: { type: "string" },
     "max-tokens": { type: "string", short: "n" },
     threads: { type: "string" },
-    memory: { type: "string" },
-    predictor: { type: "string" },
-    io: { type: "string" },
-    "queue-depth": { type: "string" },
-    "sparse-stats": { type: "boolean" },
+    ...packOptions,
     json: { type: "boolean" },
     help: { type: "boolean", short: "h" },
   },
   help: {
     model: "GGUF model or neuron pack (default: the default model)",
-    memory: "neuron pack only: memory budget, as for generate",
-    predictor: "neuron pack only: trained or oracle",
-    io: "neuron pack only: uring, pread or auto",
-    "queue-depth": "neuron pack only: reads in flight",
-    "sparse-stats": "neuron pack only: per-layer hit rate and bytes read",
+    ...packHelp,
     file: "UTF-8 text to evaluate on (default: the bundled held-out text, models/heldout.txt)",
     ctx: "window length in tokens; each window is a fresh context (default 256)",
     "max-tokens": "evaluate at most N tokens of the file (default 20000)",
