@@ -265,7 +265,9 @@ const { model, pack } = await prepare(dir);
 const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
 const packInfo = np.openPack(pack);
 const ffn = Number(v.ffn);
-const budget = np.budgetForFfnFraction(packInfo, ffn, { contextSize: ctx, batchSize: 32, clusterSize: 32, hotShare: 0.75, clusterAdmit: 0.5, stagingNeurons: 256, predictor: true });
+// loadSparseModel's plan defaults, with the context the children use
+const planOpts = np.planOptions(packInfo.config, { contextSize: ctx });
+const budget = np.budgetForFfnFraction(packInfo, ffn, planOpts);
 const peerLimit = budget + Number(v["peer-limit-extra"]);
 const fmt = (b) => `${(b / 2 ** 30).toFixed(2)} GiB`;
 log(`budget for ${(100 * ffn).toFixed(0)}% of the FFN resident: ${fmt(budget)}; model file ${fmt(np.readGGUF(model).fileSize)}; peer cgroup limit ${fmt(peerLimit)}`);
@@ -277,7 +279,7 @@ results.push({
   ...(await child("llama.cpp", ["--model", model], peerLimit, Number(v["peer-timeout"]))),
 });
 results.push({ setting: "llama.cpp, in memory (mmap, no limit)", ...(await child("llama.cpp", ["--model", model])) });
-results.push({ setting: "neuronpipe, whole FFN resident (sparse, no I/O)", ...(await child("neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, { contextSize: ctx, batchSize: 32, clusterSize: 32, hotShare: 0.75, clusterAdmit: 0.5, stagingNeurons: 256, predictor: true }))])) });
+results.push({ setting: "neuronpipe, whole FFN resident (sparse, no I/O)", ...(await child("neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, planOpts))])) });
 
 const record = {
   date: new Date().toISOString(),

@@ -23,7 +23,7 @@ if (!existsSync(pack)) {
 }
 const info = np.openPack(pack);
 const ctx = 256;
-const planOpts = { contextSize: ctx, batchSize: 32, clusterSize: 32, hotShare: 0.75, clusterAdmit: 0.5, stagingNeurons: 256, predictor: true };
+const planOpts = np.planOptions(info.config, { contextSize: ctx }); // loadSparseModel's defaults
 const fractions = [0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1];
 const points = [];
 for (const f of fractions) {

@@ -19,6 +19,6 @@ export { GenerationPool, type WorkerPoolOptions } from "./worker-pool.js";
 // sparse decoding from a neuron pack under a memory budget
 export { loadSparseModel, SparseRuntime, type SparseLoadOptions, type SparseLayerReport } from "./sparse/sparse-model.js";
 export { openPack, writePack, PackError, type Pack } from "./sparse/pack.js";
-export { planMemory, budgetForFfnFraction, describePlan, type MemoryPlan, type PlanOptions } from "./sparse/memory-plan.js";
+export { planMemory, planOptions, budgetForFfnFraction, describePlan, type MemoryPlan, type PlanOptions } from "./sparse/memory-plan.js";
 export { profileActivations, readProfile, writeProfile } from "./sparse/profile.js";
 export { trainPredictors, readPredictors, writePredictors } from "./sparse/predictor.js";

@@ -56,15 +56,17 @@ export class Model {
   }
 }
 
+/** Set the native pool's thread count from a load option (checked; `who` names the caller in the error). */
+export function applyThreads(who: string, threads: number | undefined): void {
+  if (threads === undefined) return;
+  if (!(Number.isInteger(threads) && threads >= 1)) throw new RangeError(`${who}: threads must be a whole number ≥ 1, got ${threads}`);
+  native().setThreads(threads);
+}
+
 export async function loadModel(path: string, options: LoadOptions = {}): Promise<Model> {
   options.signal?.throwIfAborted();
   const n = native();
-  if (options.threads !== undefined) {
-    if (!(Number.isInteger(options.threads) && options.threads >= 1)) {
-      throw new RangeError(`loadModel: threads must be a whole number ≥ 1, got ${options.threads}`);
-    }
-    n.setThreads(options.threads);
-  }
+  applyThreads("loadModel", options.threads);
   const file = readGGUF(path);
   const config = readConfig(file);
   const tokenizer = createTokenizer(vocabFromGGUF(file));

@@ -5,6 +5,7 @@
 // native buffers so that residency can be measured (native().residentBytes).
 import type { ModelConfig } from "../model/config.js";
 import { runStateBytes, kvCacheBytes } from "../model/forward.js";
+import type { TensorInfo } from "../gguf/reader.js";
 import type { Pack } from "./pack.js";
 import { formatBytes, parseBytes } from "../cli/format.js";
 
@@ -27,11 +28,26 @@ export interface PlanOptions {
   predictor: boolean;
 }
 
+/** Plan options with loadSparseModel's defaults for what is not given. */
+export function planOptions(cfg: ModelConfig, o: Partial<PlanOptions> = {}): PlanOptions {
+  return {
+    contextSize: o.contextSize ?? Math.min(cfg.nCtxTrain, 2048),
+    batchSize: o.batchSize ?? 32,
+    clusterSize: o.clusterSize ?? 32,
+    hotShare: o.hotShare ?? 0.75,
+    clusterAdmit: o.clusterAdmit ?? 0.5,
+    stagingNeurons: o.stagingNeurons ?? 256,
+    predictor: o.predictor ?? true,
+  };
+}
+
 export interface MemoryPlan {
   budget: number;
   /** Fixed region, by part (bytes, page-rounded as allocated). */
   fixed: { weights: number; predictors: number; kvCache: number; runState: number; staging: number; scratch: number; cacheTables: number };
   fixedTotal: number;
+  /** Usable bytes of the I/O staging buffer: whole bundles, at least one hot cluster. */
+  stagingBytes: number;
   /** Bytes of one cached neuron: gate row + up row + down column, 64-byte rounded. */
   slotBytes: number;
   /** Neuron cache: slots, of which hotSlots (= hotFrames × clusterSize) in the hot region. */
@@ -48,13 +64,22 @@ export interface MemoryPlan {
 
 export const PAGE = 4096;
 const LABELS = { weights: "weights", predictors: "predictors", kvCache: "KV cache", runState: "run state", staging: "I/O staging", scratch: "scratch", cacheTables: "cache tables" };
-const pageRound = (b: number) => Math.ceil((b + 64) / PAGE) * PAGE; // as native alloc rounds
+/** Bytes native().alloc(nbytes) takes: whole pages, with 64 bytes of slack. */
+export const pageRound = (b: number) => Math.ceil((b + 64) / PAGE) * PAGE;
 
-/** Bytes of the fixed-region tensors of a pack (everything but the FFN bundles and the pack's own tables). */
-export function fixedWeightBytes(pack: Pack): number {
-  let b = 0;
-  for (const t of pack.file.tensors) if (isFixedTensor(t.name)) b += Math.ceil(t.nbytes / 64) * 64; // as loaded: 64-byte aligned
-  return b;
+/**
+ * Where the fixed-region tensors of a pack go in the one native buffer loadSparseModel reads
+ * them into: back to back, each 64-byte aligned. The plan counts exactly this many bytes.
+ */
+export function fixedLayout(pack: Pack): { tensors: TensorInfo[]; offsets: Map<string, number>; bytes: number } {
+  const tensors = pack.file.tensors.filter((t) => isFixedTensor(t.name));
+  const offsets = new Map<string, number>();
+  let bytes = 0;
+  for (const t of tensors) {
+    offsets.set(t.name, bytes);
+    bytes += Math.ceil(t.nbytes / 64) * 64;
+  }
+  return { tensors, offsets, bytes };
 }
 
 /** Tensors the sparse model holds in memory from a pack: everything except bundles, order, counts and predictors. */
@@ -103,12 +128,13 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
   const totalNeurons = cfg.nLayer * cfg.nFF;
   const slotBytes = slotBytesOf(pack);
   const C = clusterSizeFor(cfg.nFF, opts.clusterSize);
+  const stagingBytes = Math.max(opts.stagingNeurons, C) * pack.bundleBytes;
   const fixed = {
-    weights: pageRound(fixedWeightBytes(pack)) + normCopyBytes(pack),
+    weights: pageRound(Math.max(1, fixedLayout(pack).bytes)) + normCopyBytes(pack),
     predictors: opts.predictor ? pageRound(predictorBytes(pack)) : 0,
     kvCache: pageRound(kvCacheBytes(cfg, opts.contextSize)),
     runState: pageRound(runStateBytes(cfg, opts.batchSize)),
-    staging: pageRound(Math.max(opts.stagingNeurons, C) * pack.bundleBytes),
+    staging: pageRound(stagingBytes),
     scratch: scratchBytes(cfg),
     cacheTables: 0,
   };
@@ -155,6 +181,7 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
     budget,
     fixed,
     fixedTotal,
+    stagingBytes,
     slotBytes,
     slots,
     hotSlots,

@@ -82,13 +82,12 @@ export class NeuronCache {
     const clusters = N / this.C;
     const S = plan.slots;
     const F = plan.hotFrames;
-    this.stagingBytes = plan.fixed.staging - 4096; // the plan page-rounds with slack; use whole blocks only
-    this.stagingBytes -= this.stagingBytes % pack.bundleBytes;
+    this.stagingBytes = plan.stagingBytes;
     const allocated: number[] = [];
     try {
       this.arena = n.alloc(Math.max(1, S * this.slotBytes));
       allocated.push(this.arena);
-      this.staging = n.alloc(plan.fixed.staging - 4096);
+      this.staging = n.alloc(plan.stagingBytes);
       allocated.push(this.staging);
       // int32 tables first, then the byte table
       const i32 = N + S * 3 + clusters + F * 2;
@@ -174,7 +173,6 @@ export class NeuronCache {
     const prefix = new Int32Array(nLayer);
     for (const { l } of cand.slice(0, this.plan.coldSlots)) prefix[l]!++;
     const B = this.pack.bundleBytes;
-    const ud = this.pack.upBytes + this.pack.downBytes;
     const per = Math.max(1, Math.floor(this.stagingBytes / B));
     for (let l = 0; l < nLayer; l++) {
       const p0 = this.hotLimit[l]!;
@@ -185,7 +183,7 @@ export class NeuronCache {
           const g = l * this.nFF + a + i;
           const slot = this.takeColdSlot(g);
           this.state[g] = FULL;
-          copies.push([slot * this.slotBytes, i * B, this.pack.gateBytes], [slot * this.slotBytes + this.pack.gateBytes, i * B + this.pack.gateBlock, ud]);
+          copies.push(...this.bundleCopies(slot, i * B));
         }
         this.queueRead(l, this.bundleOffset(l, a), m * B, copies);
       }
@@ -313,6 +311,15 @@ export class NeuronCache {
     return false;
   }
 
+  /** Copies [arenaOff, offsetInRead, len] moving one whole bundle read at offsetInRead into `slot`: gate, then up+down (contiguous in both). */
+  private bundleCopies(slot: number, at: number): [number, number, number][] {
+    const { gateBytes, gateBlock, upBytes, downBytes } = this.pack;
+    return [
+      [slot * this.slotBytes, at, gateBytes],
+      [slot * this.slotBytes + gateBytes, at + gateBlock, upBytes + downBytes],
+    ];
+  }
+
   /** Put a whole cluster (gate, up, down of C neurons) into a hot frame; returns the frame. */
   private loadCluster(layer: number, q: number): number {
     const cl = (layer * this.nFF) / this.C + q;
@@ -350,7 +357,6 @@ export class NeuronCache {
       }
     }
     const B = this.pack.bundleBytes;
-    const ud = this.pack.upBytes + this.pack.downBytes;
     const copies: [number, number, number][] = [];
     for (let i = 0; i < this.C; i++) {
       const g = cl * this.C + i;
@@ -358,7 +364,7 @@ export class NeuronCache {
       this.slotOf[g] = s;
       this.state[g] = FULL;
       this.owner[s] = g;
-      copies.push([s * this.slotBytes, i * B, this.pack.gateBytes], [s * this.slotBytes + this.pack.gateBytes, i * B + this.pack.gateBlock, ud]);
+      copies.push(...this.bundleCopies(s, i * B));
     }
     this.queueRead(layer, this.bundleOffset(layer, q * this.C), this.C * B, copies);
     return f;

@@ -12,12 +12,13 @@
 // bit-identical for any budget, I/O backend or thread count. The gate dot products use the
 // same kernels (and Q8_0 activation rounding) as the dense matvec, so the oracle fires exactly
 // the neurons the dense FFN fires.
-import { closeSync, openSync, readSync } from "node:fs";
+import { closeSync, openSync } from "node:fs";
 import { GateKind, native, type NativeAddon } from "../native.js";
 import type { RunState } from "../model/forward.js";
 import type { SparseFfn } from "../model/weights.js";
 import type { NeuronCache } from "./neuron-cache.js";
 import type { Pack } from "./pack.js";
+import { readIntoNative } from "./read-native.js";
 
 export type PredictorMode = "trained" | "oracle";
 
@@ -87,20 +88,13 @@ export class SparseFfnEngine implements SparseFfn {
       const fd = openSync(pack.path, "r");
       try {
         let o = 0;
-        const read = (fileOff: number, len: number) => {
-          for (let done = 0; done < len; ) {
-            const chunk = Math.min(64 * 2 ** 20, len - done);
-            const got = readSync(fd, n.viewU8(buf, o + done, chunk), 0, chunk, fileOff + done);
-            if (got <= 0) throw new Error(`${pack.path}: predictor tensor at byte ${fileOff + done}: file ends early (truncated)`);
-            done += got;
-          }
-          o += len;
-        };
-        for (const l of pack.predictor) {
+        for (const [i, l] of pack.predictor.entries()) {
           fc1.push(o);
-          read(l.fc1Offset, l.hidden * nEmbd * 4);
+          readIntoNative(fd, pack.path, `tensor blk.${i}.fc1.weight`, l.fc1Offset, l.hidden * nEmbd * 4, buf, o);
+          o += l.hidden * nEmbd * 4;
           fc2.push(o);
-          read(l.fc2Offset, nFF * l.hidden * 4);
+          readIntoNative(fd, pack.path, `tensor blk.${i}.fc2.weight`, l.fc2Offset, nFF * l.hidden * 4, buf, o);
+          o += nFF * l.hidden * 4;
         }
       } catch (e) {
         closeSync(fd);

@@ -6,15 +6,16 @@
 // sparse-FFN scratch and each session's KV cache and run state. `residentBytes()` asks the
 // kernel (mincore) how much of that is in RAM; `peakResidentBytes` is its maximum, sampled after
 // load and after every token.
-import { closeSync, openSync, readSync } from "node:fs";
-import { Model, type LoadOptions } from "../model/model.js";
+import { closeSync, openSync } from "node:fs";
+import { applyThreads, Model, type LoadOptions } from "../model/model.js";
 import { bindWeights } from "../model/weights.js";
 import { vocabFromGGUF } from "../model/vocab.js";
 import { native } from "../native.js";
 import { createTokenizer } from "../tokenizer/index.js";
-import { describePlan, isFixedTensor, parseBytes, planMemory, type MemoryPlan, type PlanOptions } from "./memory-plan.js";
+import { describePlan, fixedLayout, pageRound, parseBytes, planMemory, planOptions, type MemoryPlan } from "./memory-plan.js";
 import { NeuronCache, type LayerCacheStats } from "./neuron-cache.js";
 import { openPack, type Pack } from "./pack.js";
+import { readIntoNative } from "./read-native.js";
 import { SparseFfnEngine, type LayerFfnStats, type PredictorMode } from "./sparse-ffn.js";
 
 export interface SparseLoadOptions extends LoadOptions {
@@ -78,7 +79,7 @@ export class SparseRuntime {
   allocatedBytes(): number {
     const n = native();
     let b = 0;
-    for (const id of this.buffers) b += Math.ceil((n.bufferSize(id) + 64) / 4096) * 4096;
+    for (const id of this.buffers) b += pageRound(n.bufferSize(id));
     return b;
   }
 
@@ -134,10 +135,7 @@ export class SparseRuntime {
 export async function loadSparseModel(path: string, opts: SparseLoadOptions): Promise<Model> {
   opts.signal?.throwIfAborted();
   const n = native();
-  if (opts.threads !== undefined) {
-    if (!(Number.isInteger(opts.threads) && opts.threads >= 1)) throw new RangeError(`loadSparseModel: threads must be a whole number ≥ 1, got ${opts.threads}`);
-    n.setThreads(opts.threads);
-  }
+  applyThreads("loadSparseModel", opts.threads);
   const pack = openPack(path);
   const cfg = pack.config;
   const budget = typeof opts.memory === "number" ? opts.memory : parseBytes(opts.memory);
@@ -148,16 +146,7 @@ export async function loadSparseModel(path: string, opts: SparseLoadOptions): Pr
       `${path}: the pack has no predictors (blk.N.fc1.weight / blk.N.fc2.weight); train them with \`neuronpipe train-predictor\` and pack again, or use the oracle predictor`,
     );
   }
-  const planOpts: PlanOptions = {
-    contextSize: opts.contextSize ?? Math.min(cfg.nCtxTrain, 2048),
-    batchSize: opts.batchSize ?? 32,
-    clusterSize: opts.clusterSize ?? 32,
-    hotShare: opts.hotShare ?? 0.75,
-    clusterAdmit: opts.clusterAdmit ?? 0.5,
-    stagingNeurons: opts.stagingNeurons ?? 256,
-    predictor: mode === "trained",
-  };
-  const plan = planMemory(pack, budget, planOpts); // throws with the numbers when it cannot fit
+  const plan = planMemory(pack, budget, planOptions(cfg, { ...opts, predictor: mode === "trained" })); // throws with the numbers when it cannot fit
 
   const io = { backend: opts.io?.backend ?? "auto", queueDepth: opts.io?.queueDepth ?? 32, directIO: opts.io?.directIO ?? true } as const;
   let loaderId: number;
@@ -173,27 +162,14 @@ export async function loadSparseModel(path: string, opts: SparseLoadOptions): Pr
   let cache: NeuronCache | undefined;
   let engine: SparseFfnEngine | undefined;
   try {
-    // fixed region: read into one anonymous buffer, tensors packed back to back (64-byte aligned)
-    const fixed = pack.file.tensors.filter((t) => isFixedTensor(t.name));
-    const offsets = new Map<string, number>();
-    let size = 0;
-    for (const t of fixed) {
-      offsets.set(t.name, size);
-      size += Math.ceil(t.nbytes / 64) * 64; // every tensor 64-byte aligned in memory
-    }
+    // fixed region: read into one anonymous buffer, tensors back to back (the plan counted this layout)
+    const { tensors: fixed, offsets, bytes: size } = fixedLayout(pack);
     const fixedBuf = n.alloc(Math.max(1, size));
     owned.push(fixedBuf);
     const fd = openSync(path, "r");
     try {
       for (const t of fixed) {
-        const dst = offsets.get(t.name)!;
-        for (let done = 0; done < t.nbytes; ) {
-          const len = Math.min(64 * 2 ** 20, t.nbytes - done);
-          const view = n.viewU8(fixedBuf, dst + done, len);
-          const got = readSync(fd, view, 0, len, t.offset + done);
-          if (got <= 0) throw new Error(`${path}: tensor ${t.name}: short read at offset ${t.offset + done} (file truncated?)`);
-          done += got;
-        }
+        readIntoNative(fd, path, `tensor ${t.name}`, t.offset, t.nbytes, fixedBuf, offsets.get(t.name)!);
         opts.signal?.throwIfAborted();
       }
     } finally {

@@ -13,8 +13,8 @@ import { main } from "../../src/cli/main.js";
 import { perplexity } from "../../src/eval/evaluate.js";
 import { loadModel, type Model } from "../../src/index.js";
 import { native } from "../../src/native.js";
-import { budgetForFfnFraction, type PlanOptions } from "../../src/sparse/memory-plan.js";
-import { openPack, writePack } from "../../src/sparse/pack.js";
+import { budgetForFfnFraction, planOptions, type PlanOptions } from "../../src/sparse/memory-plan.js";
+import { openPack, writePack, type Pack } from "../../src/sparse/pack.js";
 import { profileActivations, writeProfile } from "../../src/sparse/profile.js";
 import { loadSparseModel, type SparseLoadOptions } from "../../src/sparse/sparse-model.js";
 
@@ -28,16 +28,8 @@ const n = native();
 const defaultPack = join(dir, "default.pack.gguf");
 const ctx = 128;
 
-/** Plan options as loadSparseModel's defaults, for budgetForFfnFraction. */
-const planOpts = (predictor: boolean): PlanOptions => ({
-  contextSize: ctx,
-  batchSize: 32,
-  clusterSize: 32,
-  hotShare: 0.75,
-  clusterAdmit: 0.5,
-  stagingNeurons: 256,
-  predictor,
-});
+/** loadSparseModel's plan options for these runs, for budgetForFfnFraction. */
+const planOpts = (pack: Pack, predictor: boolean, contextSize = ctx): PlanOptions => planOptions(pack.config, { contextSize, predictor });
 
 function argmax(a: Float32Array): number {
   let b = 0;
@@ -112,7 +104,7 @@ describe.each([
     dense.dispose();
     const pack = openPack(packPath());
     for (const f of [1, 0.5, 0.25]) {
-      const m = await loadSparseModel(packPath(), { memory: budgetForFfnFraction(pack, f, planOpts(false)), predictor: "oracle", contextSize: ctx });
+      const m = await loadSparseModel(packPath(), { memory: budgetForFfnFraction(pack, f, planOpts(pack, false)), predictor: "oracle", contextSize: ctx });
       try {
         expect(m.sparse!.plan.ffnResident).toBeCloseTo(f, 2);
         const got = greedy(m, prompt, 64).ids;
@@ -148,7 +140,7 @@ it.each([
   const want = top1(dense);
   dense.dispose();
   const pack = openPack(synthPackPath(packName));
-  const m = await loadSparseModel(synthPackPath(packName), { memory: budgetForFfnFraction(pack, 0.25, planOpts(false)), predictor: "oracle", contextSize: ctx });
+  const m = await loadSparseModel(synthPackPath(packName), { memory: budgetForFfnFraction(pack, 0.25, planOpts(pack, false)), predictor: "oracle", contextSize: ctx });
   const got = top1(m);
   m.dispose();
   const agree = got.filter((t, i) => t === want[i]).length / got.length;
@@ -177,7 +169,7 @@ describe("default model, trained predictor", () => {
     const before = n.getThreads();
     try {
       for (const [f, io, threads] of runs) {
-        const m = await loadSparseModel(defaultPack, { memory: budgetForFfnFraction(pack, f, planOpts(true)), io, threads, contextSize: ctx });
+        const m = await loadSparseModel(defaultPack, { memory: budgetForFfnFraction(pack, f, planOpts(pack, true)), io, threads, contextSize: ctx });
         try {
           const got = greedy(m, prompt, 24).logits;
           if (!ref) ref = got;
@@ -199,7 +191,7 @@ describe("default model, trained predictor", () => {
     const pd = perplexity(dense, evalTokens, 256).perplexity;
     dense.dispose();
     const pack = openPack(defaultPack);
-    const m = await loadSparseModel(defaultPack, { memory: budgetForFfnFraction(pack, 0.5, { ...planOpts(true), contextSize: 256 }), contextSize: 256 });
+    const m = await loadSparseModel(defaultPack, { memory: budgetForFfnFraction(pack, 0.5, planOpts(pack, true, 256)), contextSize: 256 });
     try {
       const ps = perplexity(m, evalTokens, 256).perplexity;
       // measured: dense 46.550, sparse 46.555 (+0.011%) on these 4096 tokens; on the whole
@@ -219,7 +211,7 @@ describe("default model, trained predictor", () => {
   it("the kernel-measured resident memory of the model stays within --memory at two budgets", async () => {
     const pack = openPack(defaultPack);
     for (const f of [0.5, 0.25]) {
-      const budget = budgetForFfnFraction(pack, f, planOpts(true));
+      const budget = budgetForFfnFraction(pack, f, planOpts(pack, true));
       const m = await loadSparseModel(defaultPack, { memory: budget, contextSize: ctx });
       try {
         const prompt = m.tokenizer.encode("Call me Ishmael", { addBos: true });
