@@ -8,25 +8,15 @@
 #include <vector>
 
 #include "predictor/predictor.h"
+#include "bind_ctx.h"
 #include "registry.h"
 
 namespace np {
 namespace {
 
-struct PCtx {
-  const Napi::CallbackInfo& info;
-  const char* fn;
-  std::vector<BufferRef> keep;
+struct PCtx : BindCtx {
+  using BindCtx::BindCtx;
 
-  [[noreturn]] void typeErr(const std::string& m) const { throw Napi::TypeError::New(info.Env(), std::string(fn) + ": " + m); }
-  [[noreturn]] void rangeErr(const std::string& m) const { throw Napi::RangeError::New(info.Env(), std::string(fn) + ": " + m); }
-  void argc(size_t n) const {
-    if (info.Length() < n) typeErr("expected " + std::to_string(n) + " arguments, got " + std::to_string(info.Length()));
-  }
-  static std::string fmt(double v) {
-    if (v == std::floor(v) && std::fabs(v) < 1e18) return std::to_string((long long)v);
-    return std::to_string(v);
-  }
   double num(size_t i, const char* name) const {
     if (i >= info.Length() || !info[i].IsNumber()) typeErr(std::string(name) + " must be a number");
     const double v = info[i].As<Napi::Number>().DoubleValue();
@@ -40,17 +30,7 @@ struct PCtx {
     return (int64_t)v;
   }
   uint8_t* span(size_t iId, const char* what, int64_t off, double nbytes, size_t align) {
-    const int64_t id = idx(iId, (std::string(what) + " buffer id").c_str());
-    BufferRef b = registryGet(id);
-    if (!b) rangeErr(std::string(what) + " buffer " + std::to_string(id) + " is not a live buffer");
-    if (align > 1 && off % (int64_t)align != 0)
-      rangeErr(std::string(what) + " offset " + std::to_string(off) + " is not " + std::to_string(align) + "-byte aligned");
-    if ((double)off + nbytes > (double)b->size)
-      rangeErr(std::string(what) + " buffer " + std::to_string(id) + " too small: need " + fmt(nbytes) +
-               " bytes at offset " + std::to_string(off) + ", have " + std::to_string(b->size));
-    uint8_t* p = b->ptr + off;
-    keep.push_back(std::move(b));
-    return p;
+    return spanOf(idx(iId, (std::string(what) + " buffer id").c_str()), what, off, nbytes, align);
   }
 };
 
