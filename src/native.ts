@@ -60,6 +60,10 @@ export interface NativeAddon {
    * counted) and how many work chunks pool workers / calling threads executed.
    */
   poolStats(): { jobs: number; workerChunks: number; callerChunks: number };
+  /** Pin the calling thread to these cores (pthread_setaffinity_np). */
+  setAffinity(cores: number[]): void;
+  /** The calling thread's OS thread id, current core and allowed cores. */
+  threadInfo(): { tid: number; cpu: number; affinity: number[] };
 
   // ---- memory ---------------------------------------------------------------------
   /** Allocate `nbytes` zeroed bytes, 4 KiB-aligned. Returns a buffer id. */

@@ -14,6 +14,7 @@ import { GGMLType, native } from "./native.js";
 import { createKVCache, createRunState, forward, type ForwardOptions, type KVCache, type RunState } from "./model/forward.js";
 import type { Model } from "./model/model.js";
 import { Sampler, type SamplingOptions } from "./sampling.js";
+import { TraceRecorder } from "./pipeline/trace.js";
 
 export interface SessionOptions {
   /** Context length in tokens (default: min(model's training context, 2048)). */
@@ -31,6 +32,11 @@ export interface GenerateOptions extends SamplingOptions {
   addBos?: boolean;
   /** Observe the session machine (XState inspection events). */
   inspect?: (ev: InspectionEvent) => void;
+  /**
+   * Record a trace of the generation (a model decoding with the actor pipeline): a JSON-lines
+   * file path, or a recorder to collect the records in memory. See docs/pipeline.md.
+   */
+  trace?: string | TraceRecorder;
 }
 
 export interface GeneratedPiece {
@@ -115,6 +121,11 @@ export class Session extends EventEmitter<SessionEvents> {
    */
   evaluate(tokens: readonly number[], all = false, hooks: Pick<ForwardOptions, "onFfnActivations" | "onLayer"> = {}): Float32Array {
     this.checkUsable();
+    if (this.model.sparse?.pipeline) {
+      throw new Error(
+        `evaluate() runs on the calling thread; ${this.model.path} was loaded with engine "${this.model.sparse.pipeline.mode}" (worker threads) — use generate(), or load it with engine "sync" to evaluate`,
+      );
+    }
     const V = this.model.config.nVocab;
     const out = new Float32Array((all ? tokens.length : 1) * V);
     for (let i = 0; i < tokens.length; i += this.batchSize) {
@@ -161,6 +172,24 @@ export class Session extends EventEmitter<SessionEvents> {
     let decodeMs = 0; // time in decode forward passes
     let decodePasses = 0;
     let closed = false;
+    const pipeline = this.model.sparse?.pipeline;
+    const trace =
+      pipeline && opts.trace !== undefined
+        ? typeof opts.trace === "string"
+          ? new TraceRecorder({ mode: pipeline.mode, model: this.model.path, threads: {} }, opts.trace)
+          : opts.trace
+        : undefined;
+    if (pipeline) pipeline.trace = trace;
+    const inspect =
+      trace || opts.inspect
+        ? (ev: InspectionEvent) => {
+            opts.inspect?.(ev);
+            if (trace && ev.type === "@xstate.event") trace.actor({ type: ev.type, actor: "session", event: ev.event.type });
+            else if (trace && ev.type === "@xstate.snapshot" && ev.actorRef.sessionId === ev.rootId) {
+              trace.actor({ type: ev.type, actor: "session", state: (ev.snapshot as { value?: unknown }).value });
+            }
+          }
+        : undefined;
 
     // channel from the decode actor to this iterator: one pending piece, resumed on pull
     let pending: { piece: GeneratedPiece; resume: () => void } | undefined;
@@ -175,7 +204,12 @@ export class Session extends EventEmitter<SessionEvents> {
       actors: {
         prefill: fromPromise<void, PrefillInput>(async ({ input }) => {
           tPrefill0 = performance.now();
-          logits = this.evaluate(input.tokens);
+          if (pipeline) {
+            // the accelerator-role prefill actor: dense batches, FFN streamed from the pack
+            const off = await pipeline.prefill(this.rs, this.kv, input.tokens, this.tokens.length, opts.signal);
+            this.tokens.push(...input.tokens);
+            logits = Float32Array.from(n.viewF32(this.rs.buf, off, V));
+          } else logits = this.evaluate(input.tokens);
           this.unevaluated = [];
           tPrefill1 = performance.now();
           this.emit("prefilled", { tokens: input.tokens.length, seconds: (tPrefill1 - tPrefill0) / 1000 });
@@ -196,7 +230,10 @@ export class Session extends EventEmitter<SessionEvents> {
           if (closed || input.step + 1 >= maxTokens) return { token, stop: "max-tokens" };
           if (this.tokens.length + 1 >= this.contextSize) return { token, stop: "context-full" };
           const t0 = performance.now();
-          const off = forward(this.model.config, this.model.weights, this.rs, this.kv, [token], this.tokens.length);
+          const off = pipeline
+            ? await pipeline.decode(this.rs, this.kv, token, this.tokens.length, opts.signal)
+            : forward(this.model.config, this.model.weights, this.rs, this.kv, [token], this.tokens.length);
+          if (closed) return { token, stop: "max-tokens" }; // cancelled while the pass ran: the token stays unevaluated
           this.tokens.push(token);
           this.unevaluated = [];
           logits = Float32Array.from(n.viewF32(this.rs.buf, off, V));
@@ -206,7 +243,7 @@ export class Session extends EventEmitter<SessionEvents> {
         }),
       },
     });
-    const actor = createActor(machine, { inspect: opts.inspect });
+    const actor = createActor(machine, { inspect });
     actor.subscribe({ complete: notify, error: notify });
     actor.subscribe(() => notify());
     const onAbort = () => actor.send({ type: "ABORT", reason: String(opts.signal?.reason ?? "aborted") });
@@ -257,6 +294,11 @@ export class Session extends EventEmitter<SessionEvents> {
       opts.signal?.removeEventListener("abort", onAbort);
       actor.stop();
       pending?.resume();
+      if (pipeline) {
+        await pipeline.idle(); // a cancelled pass finishes its layer before the next may start
+        pipeline.trace = undefined;
+        if (typeof opts.trace === "string") trace?.close();
+      }
       this.busy = false;
     }
   }

@@ -2,7 +2,10 @@
 // Errors are JS exceptions (TypeError for malformed arguments, RangeError for values or
 // buffer ranges that do not fit) whose message starts with the function name and names
 // the offending argument.
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <cerrno>
 #include <cstring>
@@ -122,6 +125,49 @@ Napi::Value PoolStats(const Napi::CallbackInfo& info) {
   o.Set("jobs", (double)jobs);
   o.Set("workerChunks", (double)wc);
   o.Set("callerChunks", (double)cc);
+  return o;
+}
+
+// Pin the calling thread (a worker thread's JS thread, say) to the given cores: the pipeline's
+// big/little roles. Cores must exist; the kernel error is reported as is.
+Napi::Value SetAffinity(const Napi::CallbackInfo& info) {
+  Ctx c{info, "setAffinity", {}};
+  if (info.Length() < 1 || !info[0].IsArray()) c.typeErr("cores must be an array of core indices");
+  Napi::Array a = info[0].As<Napi::Array>();
+  const long nCpu = sysconf(_SC_NPROCESSORS_CONF);
+  if (a.Length() == 0) c.rangeErr("cores is empty");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (uint32_t i = 0; i < a.Length(); i++) {
+    Napi::Value v = a.Get(i);
+    const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+    if (!(d >= 0 && d < (double)nCpu && d < CPU_SETSIZE && d == (double)(int64_t)d)) {
+      c.rangeErr("cores[" + std::to_string(i) + "] must be a core index 0.." + std::to_string(nCpu - 1));
+    }
+    CPU_SET((int)d, &set);
+  }
+  const int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  if (rc != 0) {
+    Napi::Error::New(info.Env(), std::string("setAffinity: ") + strerror(rc)).ThrowAsJavaScriptException();
+  }
+  return Undef(info);
+}
+
+// The calling thread's OS id, the core it runs on now, and the cores it may run on.
+Napi::Value ThreadInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("tid", (double)syscall(SYS_gettid));
+  o.Set("cpu", (double)sched_getcpu());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  Napi::Array cores = Napi::Array::New(env);
+  if (pthread_getaffinity_np(pthread_self(), sizeof(set), &set) == 0) {
+    uint32_t k = 0;
+    for (int i = 0; i < CPU_SETSIZE; i++)
+      if (CPU_ISSET(i, &set)) cores.Set(k++, (double)i);
+  }
+  o.Set("affinity", cores);
   return o;
 }
 
@@ -539,6 +585,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   def("getThreads", GetThreads);
   def("buildInfo", BuildInfo);
   def("poolStats", PoolStats);
+  def("setAffinity", SetAffinity);
+  def("threadInfo", ThreadInfo);
   def("alloc", Alloc);
   def("mapFile", MapFile);
   def("free", Free);

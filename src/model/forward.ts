@@ -115,59 +115,92 @@ export function forward(
   pos0: number,
   opts: ForwardOptions = {},
 ): number {
-  const n = native();
   const nTok = tokens.length;
-  if (nTok < 1 || nTok > rs.maxBatch) throw new RangeError(`forward: batch of ${nTok} tokens (1..${rs.maxBatch})`);
-  if (pos0 + nTok > kv.ctx) throw new RangeError(`forward: context full (${pos0 + nTok} > ${kv.ctx} positions)`);
-  const { nEmbd: dim, nFF: hidden, nHead, nHeadKv, headDim } = cfg;
-  const f32 = 4;
-
-  // token embeddings -> x (nTok, dim)
-  for (let t = 0; t < nTok; t++) {
-    const id = tokens[t]!;
-    if (!(id >= 0 && id < cfg.nVocab)) throw new RangeError(`forward: token id ${id} outside the vocabulary (0..${cfg.nVocab - 1})`);
-    n.dequantizeRow(w.tokenEmbd.type, w.tokenEmbd.buf, w.tokenEmbd.off, dim, id, rs.buf, rs.x + t * dim * f32);
-  }
-
+  checkBatch(rs, kv, nTok, pos0);
+  embedTokens(cfg, w, rs, tokens);
   for (let l = 0; l < cfg.nLayer; l++) {
-    const L = w.layers[l]!;
-    const kOff = 2 * l * kv.layerBytes; // this layer's K cache
-    const vOff = kOff + kv.layerBytes; // and V cache
-
-    // attention: xb = rmsnorm(x); q,k,v = W·xb; rope(q,k); cache k,v; att = softmax(q·K/√d)·V; x += Wo·att
-    n.rmsnorm(rs.buf, rs.x, L.attnNorm.buf, L.attnNorm.off, dim, nTok, cfg.rmsEps, rs.buf, rs.xb);
-    linear(n, L.wq, rs, rs.xb, rs.q, nTok);
-    linear(n, L.wk, rs, rs.xb, rs.k, nTok);
-    linear(n, L.wv, rs, rs.xb, rs.v, nTok);
-    n.rope(rs.buf, rs.q, nTok, nHead, headDim, cfg.ropeDim, pos0, cfg.ropeBase, cfg.ropeNeox);
-    n.rope(rs.buf, rs.k, nTok, nHeadKv, headDim, cfg.ropeDim, pos0, cfg.ropeBase, cfg.ropeNeox);
-    n.kvStore(kv.type, kv.buf, kOff, kv.ctx, kv.rowLen, pos0, nTok, rs.buf, rs.k);
-    n.kvStore(kv.type, kv.buf, vOff, kv.ctx, kv.rowLen, pos0, nTok, rs.buf, rs.v);
-    n.attention(kv.type, rs.buf, rs.q, kv.buf, kOff, kv.buf, vOff, kv.ctx, nHead, nHeadKv, headDim, pos0, nTok, rs.buf, rs.att);
-    linear(n, L.wo, rs, rs.att, rs.o, nTok);
-    n.add(rs.buf, rs.x, rs.buf, rs.o, rs.buf, rs.x, nTok * dim);
-
-    // feed-forward: xb = rmsnorm(x); hb = act(W_gate·xb) * (W_up·xb); x += W_down·hb
-    n.rmsnorm(rs.buf, rs.x, L.ffnNorm.buf, L.ffnNorm.off, dim, nTok, cfg.rmsEps, rs.buf, rs.xb);
+    attentionBlock(cfg, w, rs, kv, l, pos0, nTok);
+    ffnInput(cfg, w, rs, l, nTok);
     if (w.sparseFfn) {
       // only the neurons that fire (src/sparse/sparse-ffn.ts): o = FFN(xb), predicted from x
       w.sparseFfn.run(l, rs, nTok);
     } else {
-      linear(n, L.ffnGate!, rs, rs.xb, rs.gate, nTok);
-      linear(n, L.ffnUp!, rs, rs.xb, rs.up, nTok);
-      n.gatedAct(gateKind[cfg.activation], rs.buf, rs.gate, rs.buf, rs.up, rs.buf, rs.hb, nTok * hidden);
-      opts.onFfnActivations?.(l, rs, nTok);
-      linear(n, L.ffnDown!, rs, rs.hb, rs.o, nTok);
+      denseFfn(cfg, w, rs, l, nTok, opts.onFfnActivations);
     }
-    n.add(rs.buf, rs.x, rs.buf, rs.o, rs.buf, rs.x, nTok * dim);
-
+    addFfnOutput(cfg, rs, nTok);
     opts.onLayer?.(l);
   }
+  return outputLogits(cfg, w, rs, nTok, opts.allLogits ?? false);
+}
 
-  // final norm and classifier: logits = W_out · rmsnorm(x), for the last token or all of them
-  const first = opts.allLogits ? 0 : nTok - 1;
+// The steps of forward(), also run one at a time by the actor pipeline's compute workers
+// (src/pipeline/), which put the FFN of each layer between ffnInput and addFfnOutput.
+
+export function checkBatch(rs: RunState, kv: KVCache, nTok: number, pos0: number): void {
+  if (nTok < 1 || nTok > rs.maxBatch) throw new RangeError(`forward: batch of ${nTok} tokens (1..${rs.maxBatch})`);
+  if (pos0 + nTok > kv.ctx) throw new RangeError(`forward: context full (${pos0 + nTok} > ${kv.ctx} positions)`);
+}
+
+/** token embeddings -> x (nTok, dim) */
+export function embedTokens(cfg: ModelConfig, w: Weights, rs: RunState, tokens: ArrayLike<number>): void {
+  const n = native();
+  const dim = cfg.nEmbd;
+  for (let t = 0; t < tokens.length; t++) {
+    const id = tokens[t]!;
+    if (!(id >= 0 && id < cfg.nVocab)) throw new RangeError(`forward: token id ${id} outside the vocabulary (0..${cfg.nVocab - 1})`);
+    n.dequantizeRow(w.tokenEmbd.type, w.tokenEmbd.buf, w.tokenEmbd.off, dim, id, rs.buf, rs.x + t * dim * 4);
+  }
+}
+
+/** attention of layer l: xb = rmsnorm(x); q,k,v = W·xb; rope(q,k); cache k,v; att = softmax(q·K/√d)·V; x += Wo·att */
+export function attentionBlock(cfg: ModelConfig, w: Weights, rs: RunState, kv: KVCache, l: number, pos0: number, nTok: number): void {
+  const n = native();
+  const { nEmbd: dim, nHead, nHeadKv, headDim } = cfg;
+  const L = w.layers[l]!;
+  const kOff = 2 * l * kv.layerBytes; // this layer's K cache
+  const vOff = kOff + kv.layerBytes; // and V cache
+  n.rmsnorm(rs.buf, rs.x, L.attnNorm.buf, L.attnNorm.off, dim, nTok, cfg.rmsEps, rs.buf, rs.xb);
+  linear(n, L.wq, rs, rs.xb, rs.q, nTok);
+  linear(n, L.wk, rs, rs.xb, rs.k, nTok);
+  linear(n, L.wv, rs, rs.xb, rs.v, nTok);
+  n.rope(rs.buf, rs.q, nTok, nHead, headDim, cfg.ropeDim, pos0, cfg.ropeBase, cfg.ropeNeox);
+  n.rope(rs.buf, rs.k, nTok, nHeadKv, headDim, cfg.ropeDim, pos0, cfg.ropeBase, cfg.ropeNeox);
+  n.kvStore(kv.type, kv.buf, kOff, kv.ctx, kv.rowLen, pos0, nTok, rs.buf, rs.k);
+  n.kvStore(kv.type, kv.buf, vOff, kv.ctx, kv.rowLen, pos0, nTok, rs.buf, rs.v);
+  n.attention(kv.type, rs.buf, rs.q, kv.buf, kOff, kv.buf, vOff, kv.ctx, nHead, nHeadKv, headDim, pos0, nTok, rs.buf, rs.att);
+  linear(n, L.wo, rs, rs.att, rs.o, nTok);
+  n.add(rs.buf, rs.x, rs.buf, rs.o, rs.buf, rs.x, nTok * dim);
+}
+
+/** the FFN's input: xb = rmsnorm(x) with ffn_norm of layer l */
+export function ffnInput(cfg: ModelConfig, w: Weights, rs: RunState, l: number, nTok: number): void {
+  const L = w.layers[l]!;
+  native().rmsnorm(rs.buf, rs.x, L.ffnNorm.buf, L.ffnNorm.off, cfg.nEmbd, nTok, cfg.rmsEps, rs.buf, rs.xb);
+}
+
+/** dense feed-forward: hb = act(W_gate·xb) * (W_up·xb); o = W_down·hb */
+export function denseFfn(cfg: ModelConfig, w: Weights, rs: RunState, l: number, nTok: number, onFfnActivations?: ForwardOptions["onFfnActivations"]): void {
+  const n = native();
+  const L = w.layers[l]!;
+  linear(n, L.ffnGate!, rs, rs.xb, rs.gate, nTok);
+  linear(n, L.ffnUp!, rs, rs.xb, rs.up, nTok);
+  n.gatedAct(gateKind[cfg.activation], rs.buf, rs.gate, rs.buf, rs.up, rs.buf, rs.hb, nTok * cfg.nFF);
+  onFfnActivations?.(l, rs, nTok);
+  linear(n, L.ffnDown!, rs, rs.hb, rs.o, nTok);
+}
+
+/** x += o (the FFN's output) */
+export function addFfnOutput(cfg: ModelConfig, rs: RunState, nTok: number): void {
+  native().add(rs.buf, rs.x, rs.buf, rs.o, rs.buf, rs.x, nTok * cfg.nEmbd);
+}
+
+/** final norm and classifier: logits = W_out · rmsnorm(x), for the last token or all of them; returns the logits' offset in rs */
+export function outputLogits(cfg: ModelConfig, w: Weights, rs: RunState, nTok: number, allLogits: boolean): number {
+  const n = native();
+  const dim = cfg.nEmbd;
+  const first = allLogits ? 0 : nTok - 1;
   const m = nTok - first;
-  n.rmsnorm(rs.buf, rs.x + first * dim * f32, w.outputNorm.buf, w.outputNorm.off, dim, m, cfg.rmsEps, rs.buf, rs.xb);
+  n.rmsnorm(rs.buf, rs.x + first * dim * 4, w.outputNorm.buf, w.outputNorm.off, dim, m, cfg.rmsEps, rs.buf, rs.xb);
   linear(n, w.output, rs, rs.xb, rs.logits, m);
   return rs.logits;
 }

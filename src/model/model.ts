@@ -53,6 +53,7 @@ export class Model {
 
   async [Symbol.asyncDispose](): Promise<void> {
     this.dispose();
+    await this.sparse?.closed; // the pipeline's worker threads have stopped
   }
 }
 

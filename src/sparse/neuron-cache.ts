@@ -29,6 +29,22 @@ const NONE = 0;
 const GATE = 1;
 const FULL = 2;
 
+/**
+ * Reads the cache wants done, for the actor pipeline (deferred mode): requests are
+ * [fileOffset, length, stagingBuffer, stagingOffset]… with staging offsets relative to the
+ * batch's own staging chunk, and copies [arenaOffset, offsetInChunk, length]…; the I/O loader
+ * actor places the batch in a staging chunk, reads, then copies into the slots.
+ */
+export interface CacheBatch {
+  id: number;
+  layer: number;
+  reqs: number[];
+  copies: number[];
+  bytes: number;
+  reads: number;
+  phase: "gate" | "updown" | "prefetch" | "bundle";
+}
+
 export interface Loader {
   id: number;
   backend: "uring" | "pread";
@@ -66,6 +82,22 @@ export class NeuronCache {
   private reqs: number[] = [];
   private copies: number[] = [];
   private stagingUsed = 0;
+  // deferred mode (the actor pipeline): flushes become batches the scheduler hands to the I/O
+  // loader actor; slotBatch[s] is the last batch that writes slot s (0: none), so a cluster
+  // knows which reads it waits for
+  private deferred = false;
+  private batchLimit: number;
+  private batchSeq = 0;
+  private batches: CacheBatch[] = [];
+  private batchPhase: CacheBatch["phase"] = "gate";
+  private batchLayer = 0;
+  readonly slotBatch: Int32Array;
+  // a window is the set of loads whose slots must stay put until their compute is done: one
+  // loadGates call in synchronous mode, a layer's clusters in flight in deferred mode
+  private windowTick = 0;
+  private framesUsed = 0;
+  private coldUsed = 0;
+  private hotOrder?: Int32Array[]; // per layer: hot clusters by profiled firings, most first
 
   constructor(
     readonly pack: Pack,
@@ -83,6 +115,8 @@ export class NeuronCache {
     const S = plan.slots;
     const F = plan.hotFrames;
     this.stagingBytes = plan.stagingBytes;
+    this.batchLimit = plan.stagingBytes;
+    this.slotBatch = new Int32Array(S);
     const allocated: number[] = [];
     try {
       this.arena = n.alloc(Math.max(1, S * this.slotBytes));
@@ -202,8 +236,9 @@ export class NeuronCache {
     const base = layer * this.nFF;
     const hotLimit = this.hotLimit[layer]!;
     const tick = ++this.tick;
-    let coldUsed = 0;
-    let framesUsed = 0;
+    if (!this.deferred) this.beginWindow(tick);
+    this.batchPhase = "gate";
+    this.batchLayer = layer;
     const coldCap = this.plan.coldSlots;
     const frameCap = this.plan.hotFrames;
     let i = start;
@@ -217,15 +252,15 @@ export class NeuronCache {
       let f = p < hotLimit ? this.frameOf[cl]! : -1;
       const viaCluster = p < hotLimit && (f >= 0 || this.worthCluster(positions, i, end, (p / this.C) | 0));
       if (viaCluster) {
-        if (f < 0 || this.frameUse[f] !== tick) {
-          if (framesUsed === frameCap) break;
-          framesUsed++;
+        if (f < 0 || this.frameUse[f]! < this.windowTick) {
+          if (this.framesUsed === frameCap) break;
+          this.framesUsed++;
           if (f < 0) f = this.loadCluster(layer, (p / this.C) | 0);
           this.frameUse[f] = tick;
         }
       } else {
-        if (coldUsed === coldCap) break;
-        coldUsed++;
+        if (this.coldUsed === coldCap) break;
+        this.coldUsed++;
         let s = this.slotOf[g]!;
         if (s < 0) {
           s = this.takeColdSlot(g);
@@ -249,6 +284,8 @@ export class NeuronCache {
     const st = this.stats[layer]!;
     const base = layer * this.nFF;
     const ud = this.pack.upBytes + this.pack.downBytes;
+    this.batchPhase = "updown";
+    this.batchLayer = layer;
     for (let k = 0; k < count; k++) {
       const p = positions[k]!;
       const g = base + p;
@@ -278,6 +315,90 @@ export class NeuronCache {
       if (s >= this.plan.hotSlots && this.state[g] === GATE && this.tail !== s) {
         this.unlink(s);
         this.pushTail(s);
+      }
+    }
+  }
+
+  /**
+   * Deferred mode (the actor pipeline): reads are not done by the cache but handed out as
+   * batches (takeBatches) of at most `batchLimit` bytes, and loads stay in one window until
+   * beginWindow, so the slots of every cluster in flight stay put.
+   */
+  setDeferred(batchLimit: number): void {
+    const minRead = Math.max(this.C * this.pack.bundleBytes, this.pack.gateBlock, this.pack.upDownBlock);
+    if (batchLimit < minRead || batchLimit > this.stagingBytes) {
+      throw new RangeError(`neuron cache: batch limit ${batchLimit} must hold the largest read (${minRead} bytes) and fit the staging buffer (${this.stagingBytes} bytes)`);
+    }
+    this.flush();
+    this.deferred = true;
+    this.batchLimit = batchLimit;
+    this.beginWindow(++this.tick);
+  }
+
+  /** Start a new window: loads from here on may evict what earlier windows used. */
+  beginWindow(tick = ++this.tick): void {
+    this.windowTick = tick;
+    this.framesUsed = 0;
+    this.coldUsed = 0;
+  }
+
+  /** Batches produced since the last call (deferred mode), in the order they were made. */
+  takeBatches(): CacheBatch[] {
+    const b = this.batches;
+    this.batches = [];
+    return b;
+  }
+
+  /**
+   * Load up to `maxClusters` hot clusters of `layer` that are not resident, the most fired
+   * first (the pipeline prefetches layer L+1 while layer L's attention runs). Returns how many.
+   */
+  prefetchHot(layer: number, maxClusters: number): number {
+    if (this.plan.hotFrames === 0 || maxClusters <= 0) return 0;
+    this.hotOrder ??= this.pack.layers.map((pl, l) => {
+      const n = Math.ceil(this.hotLimit[l]! / this.C);
+      const w = new Float64Array(n);
+      for (let q = 0; q < n; q++) for (let i = q * this.C; i < Math.min((q + 1) * this.C, this.nFF); i++) w[q]! += pl.counts[i]!;
+      return Int32Array.from({ length: n }, (_, q) => q).sort((a, b) => w[b]! - w[a]! || a - b);
+    });
+    const base = (layer * this.nFF) / this.C;
+    this.batchPhase = "prefetch";
+    this.batchLayer = layer;
+    let done = 0;
+    for (const q of this.hotOrder[layer]!) {
+      if (done === maxClusters) break;
+      if (this.frameOf[base + q]! >= 0) continue;
+      const f = this.loadCluster(layer, q);
+      this.frameUse[f] = ++this.tick;
+      done++;
+    }
+    this.flush();
+    return done;
+  }
+
+  /**
+   * Forget what batches that did not complete (an I/O error, a crashed loader) were to bring:
+   * those neurons become non-resident and are read again when next needed.
+   */
+  forget(failed: (batch: number) => boolean): void {
+    const S = this.plan.slots;
+    for (let s = 0; s < S; s++) {
+      const b = this.slotBatch[s]!;
+      if (b === 0 || !failed(b)) continue;
+      if (s < this.plan.hotSlots) {
+        const f = Math.floor(s / this.C);
+        const cl = this.frameOwner[f]!;
+        if (cl < 0) continue;
+        this.frameOf[cl] = -1;
+        this.frameOwner[f] = -1;
+        for (let i = 0; i < this.C; i++) {
+          this.slotOf[cl * this.C + i] = -1;
+          this.state[cl * this.C + i] = NONE;
+        }
+      } else if (this.owner[s]! >= 0) {
+        this.slotOf[this.owner[s]!] = -1;
+        this.state[this.owner[s]!] = NONE;
+        this.owner[s] = -1;
       }
     }
   }
@@ -331,7 +452,7 @@ export class NeuronCache {
         f = i;
         break;
       }
-      if (this.frameUse[i]! < best && this.frameUse[i] !== this.tick) {
+      if (this.frameUse[i]! < best && this.frameUse[i]! < this.windowTick) {
         best = this.frameUse[i]!;
         f = i;
       }
@@ -418,9 +539,12 @@ export class NeuronCache {
   /** Queue one read of `len` bytes at fileOff into staging, then copies [arenaOff, offsetInRead, len]. */
   private queueRead(layer: number, fileOff: number, len: number, copies: [number, number, number][]) {
     if (len > this.stagingBytes) throw new Error(`neuron cache: a read of ${len} bytes exceeds the staging buffer (${this.stagingBytes} bytes)`);
-    if (this.stagingUsed + len > this.stagingBytes) this.flush();
+    if (this.stagingUsed + len > this.batchLimit) this.flush();
     this.reqs.push(fileOff, len, this.staging, this.stagingUsed);
-    for (const [dst, src, n] of copies) this.copies.push(dst, this.stagingUsed + src, n);
+    for (const [dst, src, n] of copies) {
+      this.copies.push(dst, this.stagingUsed + src, n);
+      if (this.deferred) this.slotBatch[Math.floor(dst / this.slotBytes)] = this.batchSeq + 1; // the batch being filled
+    }
     this.stagingUsed += len;
     const st = this.stats[layer]!;
     st.bytesRead += len;
@@ -429,6 +553,15 @@ export class NeuronCache {
 
   private flush() {
     if (this.reqs.length === 0) return;
+    if (this.deferred) {
+      let bytes = 0;
+      for (let i = 1; i < this.reqs.length; i += 4) bytes += this.reqs[i]!;
+      this.batches.push({ id: ++this.batchSeq, layer: this.batchLayer, reqs: this.reqs, copies: this.copies, bytes, reads: this.reqs.length / 4, phase: this.batchPhase });
+      this.reqs = [];
+      this.copies = [];
+      this.stagingUsed = 0;
+      return;
+    }
     this.n.readBatch(this.loader.id, Float64Array.from(this.reqs));
     this.n.copyBatch(this.arena, this.staging, Float64Array.from(this.copies));
     this.reqs = [];

@@ -34,12 +34,12 @@ export class SparseFfnEngine implements SparseFfn {
   private readonly n: NativeAddon;
   private readonly nFF: number;
   private readonly dim: number;
-  private readonly kind: number;
+  readonly kind: number;
   // scratch (one native buffer): scores, P, slots, gate values, active slots, active positions, g/u/h of A
-  private readonly scratch: number;
-  private readonly off: { scores: number; P: number; slots: number; gate: number; aSlots: number; aPos: number; gA: number; uA: number; hA: number };
+  readonly scratch: number;
+  readonly off: { scores: number; P: number; slots: number; gate: number; aSlots: number; aPos: number; gA: number; uA: number; hA: number };
   private readonly v: { scores: Float32Array; P: Int32Array; slots: Int32Array; gate: Float32Array; aSlots: Int32Array; aPos: Int32Array; gA: Float32Array };
-  private readonly pred?: { buf: number; fc1: number[]; fc2: number[]; hidden: number[]; threshold: number[] };
+  readonly pred?: { buf: number; fc1: number[]; fc2: number[]; hidden: number[]; threshold: number[] };
   /** Called after each token's last layer (memory sampling). */
   onToken?: () => void;
   /** Evict predicted-but-silent cold neurons first (NeuronCache.demoteSilent). */

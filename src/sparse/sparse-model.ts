@@ -17,6 +17,7 @@ import { NeuronCache, type LayerCacheStats } from "./neuron-cache.js";
 import { openPack, type Pack } from "./pack.js";
 import { readIntoNative } from "./read-native.js";
 import { SparseFfnEngine, type LayerFfnStats, type PredictorMode } from "./sparse-ffn.js";
+import { PipelineRuntime, type PipelineMode, type PipelineOptions } from "../pipeline/runtime.js";
 
 export interface SparseLoadOptions extends LoadOptions {
   /** Hard bound on the bytes held for the model, e.g. "2GiB" or a number of bytes. */
@@ -34,6 +35,14 @@ export interface SparseLoadOptions extends LoadOptions {
   /** Share of a non-resident hot cluster that must be predicted to read it whole (default 0.5: one sequential read of C bundles costs about C/2 random 4 KiB reads at queue depth 32 here). */
   clusterAdmit?: number;
   stagingNeurons?: number;
+  /**
+   * How decoding runs: "sync" (default) — the sparse FFN inline on the caller's thread (one layer at a
+   * time, reads then compute); "pipeline" — the actor pipeline on worker threads, reads
+   * overlapping compute; "blocking" — the same actors as LLMFlash runs them: a window
+   * cache of the last tokens' neurons, every missing neuron read before compute.
+   */
+  engine?: "sync" | PipelineMode;
+  pipeline?: Omit<PipelineOptions, "mode">;
   /** Progress of the hot-region preload. */
   onProgress?: (done: number, total: number) => void;
 }
@@ -48,6 +57,10 @@ export interface SparseLayerReport extends LayerCacheStats, LayerFfnStats {
 /** The sparse parts of a Model loaded from a pack. */
 export class SparseRuntime {
   peakResidentBytes = 0;
+  /** The actor pipeline, when the model decodes with engine "pipeline" or "blocking". */
+  pipeline?: PipelineRuntime;
+  /** Settles when the pipeline's workers have stopped (after dispose). */
+  closed: Promise<void> = Promise.resolve();
   private sessionBuffers = new Set<number>();
 
   constructor(
@@ -102,7 +115,7 @@ export class SparseRuntime {
 
   /** Per-layer hit rate and bytes read per token since load (or the last resetStats). */
   report(): SparseLayerReport[] {
-    return this.cache.stats.map((c, l) => {
+    return (this.pipeline?.cacheStats ?? this.cache.stats).map((c, l) => {
       const f = this.engine.stats[l]!;
       const acc = c.gateAccesses + c.upDownAccesses;
       return {
@@ -118,13 +131,15 @@ export class SparseRuntime {
   resetStats(): void {
     this.cache.resetStats();
     this.engine.resetStats();
+    if (this.pipeline?.mode === "blocking") for (const s of this.pipeline.cacheStats) Object.assign(s, { gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 });
   }
 
   describe(): string {
-    return `${describePlan(this.plan)}\nI/O: ${this.io.backend}, queue depth ${this.io.queueDepth}, ${this.io.directIO ? "O_DIRECT" : "buffered"}${this.io.note ? ` (${this.io.note})` : ""}; predictor: ${this.engine.mode}; hot-region preload read ${(this.cache.preloadBytes / 2 ** 20).toFixed(1)} MiB`;
+    return `${describePlan(this.plan)}\nI/O: ${this.io.backend}, queue depth ${this.io.queueDepth}, ${this.io.directIO ? "O_DIRECT" : "buffered"}${this.io.note ? ` (${this.io.note})` : ""}; predictor: ${this.engine.mode}; hot-region preload read ${(this.cache.preloadBytes / 2 ** 20).toFixed(1)} MiB${this.pipeline ? `\n${this.pipeline.describe()}` : "\nengine: sync (sparse FFN inline on the calling thread)"}`;
   }
 
   dispose(): void {
+    if (this.pipeline) this.closed = this.pipeline.dispose();
     this.cache.dispose();
     this.engine.dispose();
     native().closeLoader(this.loaderId);
@@ -179,7 +194,11 @@ export async function loadSparseModel(path: string, opts: SparseLoadOptions): Pr
     owned.push(...weights.buffers.slice(1));
     cache = new NeuronCache(pack, plan, { id: loaderId, backend: info.backend, directIO: info.directIO });
     engine = new SparseFfnEngine(pack, cache, mode);
-    cache.preload(opts.onProgress);
+    const engineKind = opts.engine ?? "sync";
+    if (engineKind !== "sync" && engineKind !== "pipeline" && engineKind !== "blocking") {
+      throw new RangeError(`engine must be "sync", "pipeline" or "blocking", got ${String(engineKind)}`);
+    }
+    if (engineKind !== "blocking") cache.preload(opts.onProgress); // LLMFlash's window cache starts empty
     weights.sparseFfn = engine;
     const runtime = new SparseRuntime(pack, plan, cache, engine, owned, loaderId, {
       backend: info.backend,
@@ -187,6 +206,7 @@ export async function loadSparseModel(path: string, opts: SparseLoadOptions): Pr
       directIO: info.directIO,
       note: info.note ?? (io.directIO && !info.directIO ? "the filesystem refused O_DIRECT" : undefined),
     });
+    if (engineKind !== "sync") runtime.pipeline = new PipelineRuntime(runtime, weights, n.getThreads(), { ...opts.pipeline, mode: engineKind });
     weights.buffers = owned; // Model.dispose frees these; the runtime frees its own
     const model = new Model(path, pack.file, cfg, createTokenizer(vocabFromGGUF(pack.file)), weights, runtime);
     runtime.sample();

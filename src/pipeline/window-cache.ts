@@ -1,0 +1,197 @@
+// The LLMFlash baseline's neuron cache (Alizadeh et al., "LLM in a flash", §3.3 "sliding
+// window"): it keeps the neurons used by the last `window` tokens; every missing predicted
+// neuron is loaded whole (gate row, up row and down column: one bundle) before the layer is
+// computed. It uses the same arena, slot layout, staging buffer and batches as NeuronCache,
+// so `blocking` mode differs from `pipeline` mode only in policy, not in parts.
+//
+//   slots are per neuron, LRU order; a neuron unused for `window` tokens is dropped at the
+//   start of a token; when a layer needs more slots than are free, the least recently used
+//   neuron not needed by the current chunk is evicted.
+import type { CacheBatch, LayerCacheStats } from "../sparse/neuron-cache.js";
+import type { MemoryPlan } from "../sparse/memory-plan.js";
+import type { Pack } from "../sparse/pack.js";
+
+export class WindowCache {
+  readonly stats: LayerCacheStats[];
+  readonly slotBatch: Int32Array;
+  private readonly nFF: number;
+  private readonly S: number;
+  private readonly slotOf: Int32Array; // (nLayer*nFF) slot or -1
+  private readonly owner: Int32Array; // (slots) neuron or -1
+  private readonly lastToken: Int32Array; // (slots) token index of last use
+  private readonly lastChunk: Int32Array; // (slots) chunk tick of last use
+  private readonly prev: Int32Array;
+  private readonly next: Int32Array;
+  private head = -1;
+  private tail = -1;
+  private token = 0;
+  private chunk = 0;
+  private batchSeq = 0;
+  private batches: CacheBatch[] = [];
+  private reqs: number[] = [];
+  private copies: number[] = [];
+  private used = 0;
+  private layer = 0;
+
+  constructor(
+    readonly pack: Pack,
+    readonly plan: MemoryPlan,
+    readonly arena: number,
+    readonly slotBytes: number,
+    readonly batchLimit: number,
+    readonly window = 5,
+  ) {
+    const { nLayer, nFF } = pack.config;
+    this.nFF = nFF;
+    this.S = plan.slots;
+    this.slotOf = new Int32Array(nLayer * nFF).fill(-1);
+    this.owner = new Int32Array(this.S).fill(-1);
+    this.lastToken = new Int32Array(this.S).fill(-1);
+    this.lastChunk = new Int32Array(this.S).fill(-1);
+    this.prev = new Int32Array(this.S);
+    this.next = new Int32Array(this.S);
+    this.slotBatch = new Int32Array(this.S);
+    for (let s = 0; s < this.S; s++) this.pushTail(s);
+    this.stats = Array.from({ length: nLayer }, () => ({ gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 }));
+  }
+
+  /** A new token: drop neurons not used by the last `window` tokens. */
+  beginToken(): void {
+    this.token++;
+    const keepFrom = this.token - this.window;
+    for (let s = 0; s < this.S; s++) {
+      if (this.owner[s]! >= 0 && this.lastToken[s]! < keepFrom) {
+        this.slotOf[this.owner[s]!] = -1;
+        this.owner[s] = -1;
+        this.unlink(s);
+        this.pushTail(s);
+      }
+    }
+  }
+
+  /**
+   * Make the whole bundles of positions[start..end) of `layer` resident (reads as batches), write
+   * their slots to slotsOut[0..]; returns the end of what fits (the caller computes, then goes on).
+   */
+  load(layer: number, positions: Int32Array, start: number, end: number, slotsOut: Int32Array): number {
+    const chunk = ++this.chunk;
+    const base = layer * this.nFF;
+    const st = this.stats[layer]!;
+    const B = this.pack.bundleBytes;
+    this.layer = layer;
+    let runStart = -1; // a run of consecutive missing positions becomes one read
+    let runSlots: number[] = [];
+    const endRun = () => {
+      if (runStart < 0) return;
+      const copies: [number, number, number][] = [];
+      runSlots.forEach((s, i) => copies.push(...this.bundleCopies(s, i * B)));
+      this.queueRead(this.pack.layers[layer]!.bundlesOffset + runStart * B, runSlots.length * B, copies);
+      runStart = -1;
+      runSlots = [];
+    };
+    let i = start;
+    for (; i < end; i++) {
+      const p = positions[i]!;
+      const g = base + p;
+      let s = this.slotOf[g]!;
+      st.gateAccesses++;
+      if (s >= 0) {
+        st.gateHits++;
+        endRun();
+      } else {
+        s = this.tail;
+        if (this.lastChunk[s] === chunk) break; // every slot is needed by this chunk
+        if (this.owner[s]! >= 0) this.slotOf[this.owner[s]!] = -1;
+        this.owner[s] = g;
+        this.slotOf[g] = s;
+        if (runStart >= 0 && runStart + runSlots.length !== p) endRun();
+        if (runStart < 0) runStart = p;
+        runSlots.push(s);
+        if ((runSlots.length + 1) * B > this.batchLimit) endRun();
+      }
+      this.lastToken[s] = this.token;
+      this.lastChunk[s] = chunk;
+      this.unlink(s);
+      this.pushHead(s);
+      slotsOut[i - start] = s;
+    }
+    endRun();
+    this.flush();
+    return i;
+  }
+
+  takeBatches(): CacheBatch[] {
+    const b = this.batches;
+    this.batches = [];
+    return b;
+  }
+
+  /** Forget neurons whose reads did not complete (an I/O error): they are read again next time. */
+  forget(failed: (batch: number) => boolean): void {
+    for (let s = 0; s < this.S; s++) {
+      if (this.owner[s]! >= 0 && this.slotBatch[s]! > 0 && failed(this.slotBatch[s]!)) {
+        this.slotOf[this.owner[s]!] = -1;
+        this.owner[s] = -1;
+      }
+    }
+  }
+
+  resetStats(): void {
+    for (const s of this.stats) Object.assign(s, { gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 });
+  }
+
+  private bundleCopies(slot: number, at: number): [number, number, number][] {
+    const { gateBytes, gateBlock, upBytes, downBytes } = this.pack;
+    return [
+      [slot * this.slotBytes, at, gateBytes],
+      [slot * this.slotBytes + gateBytes, at + gateBlock, upBytes + downBytes],
+    ];
+  }
+
+  private queueRead(fileOff: number, len: number, copies: [number, number, number][]) {
+    if (this.used + len > this.batchLimit) this.flush();
+    this.reqs.push(fileOff, len, 0, this.used);
+    for (const [dst, src, n] of copies) {
+      this.copies.push(dst, this.used + src, n);
+      this.slotBatch[Math.floor(dst / this.slotBytes)] = this.batchSeq + 1;
+    }
+    this.used += len;
+    const st = this.stats[this.layer]!;
+    st.bytesRead += len;
+    st.reads++;
+    st.upDownAccesses += copies.length / 2;
+  }
+
+  private flush() {
+    if (this.reqs.length === 0) return;
+    this.batches.push({ id: ++this.batchSeq, layer: this.layer, reqs: this.reqs, copies: this.copies, bytes: this.used, reads: this.reqs.length / 4, phase: "gate" });
+    this.reqs = [];
+    this.copies = [];
+    this.used = 0;
+  }
+
+  private unlink(s: number) {
+    const p = this.prev[s]!;
+    const nx = this.next[s]!;
+    if (p >= 0) this.next[p] = nx;
+    else this.head = nx;
+    if (nx >= 0) this.prev[nx] = p;
+    else this.tail = p;
+  }
+
+  private pushHead(s: number) {
+    this.prev[s] = -1;
+    this.next[s] = this.head;
+    if (this.head >= 0) this.prev[this.head] = s;
+    this.head = s;
+    if (this.tail < 0) this.tail = s;
+  }
+
+  private pushTail(s: number) {
+    this.next[s] = -1;
+    this.prev[s] = this.tail;
+    if (this.tail >= 0) this.next[this.tail] = s;
+    this.tail = s;
+    if (this.head < 0) this.head = s;
+  }
+}

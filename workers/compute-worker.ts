@@ -1,0 +1,181 @@
+// A compute actor's thread (piscina worker, role big or little): runs the forward steps of a
+// pipelined session on native memory addressed by buffer id — attention, predictor, the gate /
+// up / down rows of one cluster, the logits, a dense prefill. Tasks carry descriptors only
+// (src/pipeline/protocol.ts) and run in arrival order, so the scheduler fixes the order in
+// which the down columns accumulate.
+import { native, type NativeAddon } from "../src/native.js";
+import { addFfnOutput, attentionBlock, checkBatch, embedTokens, ffnInput, forward, outputLogits } from "../src/model/forward.js";
+import type { Weights } from "../src/model/weights.js";
+import { createBundleScratch, denseBundles, type BundleScratch } from "../src/pipeline/dense-bundles.js";
+import type { ComputeInit, ComputeResult, ComputeTask } from "../src/pipeline/protocol.js";
+import { nowUs } from "../src/pipeline/trace.js";
+
+interface State {
+  init: ComputeInit;
+  weights: Weights;
+  bundles: BundleScratch;
+  P: Int32Array;
+  slots: Int32Array;
+  gate: Float32Array;
+  aSlots: Int32Array;
+  aPos: Int32Array;
+  gA: Float32Array;
+  scores: Float32Array;
+}
+
+let state: State | undefined;
+let tid = 0;
+
+function setUp(init: ComputeInit): State {
+  const n = native();
+  if (init.cores) n.setAffinity(init.cores);
+  n.setThreads(init.threads);
+  tid = n.threadInfo().tid;
+  const f = init.ffn;
+  const nFF = init.cfg.nFF;
+  return {
+    init,
+    weights: { ...init.weights, buffers: [] },
+    bundles: createBundleScratch(nFF, init.prefill.bundleScratch, 0),
+    P: n.viewI32(f.scratch, f.off.P, nFF),
+    slots: n.viewI32(f.scratch, f.off.slots, nFF),
+    gate: n.viewF32(f.scratch, f.off.gate, nFF),
+    aSlots: n.viewI32(f.scratch, f.off.aSlots, nFF),
+    aPos: n.viewI32(f.scratch, f.off.aPos, nFF),
+    gA: n.viewF32(f.scratch, f.off.gA, nFF),
+    scores: n.viewF32(f.scratch, f.off.scores, nFF),
+  };
+}
+
+export default function compute(task: ComputeTask): ComputeResult {
+  const t0 = nowUs();
+  if (task.op === "init") {
+    state = setUp(task);
+    return { t0, t1: nowUs(), tid };
+  }
+  const s = state;
+  if (!s || s.init.key !== task.key) throw new Error(`compute worker: not initialised for session ${task.key} (task ${task.op})`);
+  const out: ComputeResult = { t0, t1: 0, tid };
+  const n = native();
+  const { cfg, rs, kv, ffn } = s.init;
+  switch (task.op) {
+    case "attention":
+      if (task.tokens) {
+        checkBatch(rs, kv, task.nTok, task.pos0);
+        embedTokens(cfg, s.weights, rs, task.tokens);
+      } else if (task.layer > 0) addFfnOutput(cfg, rs, task.nTok);
+      attentionBlock(cfg, s.weights, rs, kv, task.layer, task.pos0, task.nTok);
+      ffnInput(cfg, s.weights, rs, task.layer, task.nTok);
+      break;
+    case "predict":
+      out.nP = predict(n, s, task.layer, task.oracle);
+      break;
+    case "gate":
+      Object.assign(out, gate(n, s, task.start, task.count));
+      break;
+    case "up":
+      up(n, s, task.start, task.nA);
+      break;
+    case "down":
+      down(n, s, task.start, task.nA);
+      break;
+    case "ffn": {
+      const g = gate(n, s, task.start, task.count);
+      if (g.nA > 0) {
+        up(n, s, task.start, g.nA);
+        down(n, s, task.start, g.nA);
+      }
+      Object.assign(out, g);
+      break;
+    }
+    case "logits":
+      addFfnOutput(cfg, rs, 1);
+      out.logits = outputLogits(cfg, s.weights, rs, 1, false);
+      break;
+    case "prefill":
+      Object.assign(out, prefill(n, s, task.tokens, task.pos0));
+      break;
+    default:
+      throw new Error(`compute worker: unknown task ${(task as { op: string }).op}`);
+  }
+  void ffn;
+  out.t1 = nowUs();
+  return out;
+}
+
+/** o = 0; P = the predicted neurons of `layer`, ascending pack positions; returns |P|. */
+function predict(n: NativeAddon, s: State, layer: number, oracle: boolean): number {
+  const { cfg, rs, ffn } = s.init;
+  const nFF = cfg.nFF;
+  n.viewF32(rs.buf, rs.o, cfg.nEmbd).fill(0);
+  if (oracle || !ffn.pred) {
+    for (let p = 0; p < nFF; p++) s.P[p] = p;
+    return nFF;
+  }
+  const pr = ffn.pred;
+  n.predictorScores(pr.buf, pr.fc1[layer]!, pr.buf, pr.fc2[layer]!, cfg.nEmbd, pr.hidden[layer]!, nFF, rs.buf, rs.x, 1, ffn.scratch, ffn.off.scores);
+  const thr = pr.threshold[layer]!;
+  let nP = 0;
+  for (let p = 0; p < nFF; p++) if (s.scores[p]! > thr) s.P[nP++] = p;
+  return nP;
+}
+
+/** Phase 1 of one cluster: gate rows of P[start, start+count) (cache slots in slots[start…]). */
+function gate(n: NativeAddon, s: State, start: number, count: number): { nA: number; nSilent: number } {
+  const { cfg, rs, ffn } = s.init;
+  n.matvecRows(ffn.gateType, ffn.arena, 0, ffn.slots, cfg.nEmbd, ffn.scratch, ffn.off.slots + start * 4, count, rs.buf, rs.xb, ffn.scratch, ffn.off.gate + start * 4, ffn.slotBytes);
+  let nA = 0;
+  let nSilent = 0;
+  for (let k = start; k < start + count; k++) {
+    const g = s.gate[k]!;
+    if (g > 0) {
+      s.aSlots[start + nA] = s.slots[k]!;
+      s.aPos[start + nA] = s.P[k]!;
+      s.gA[start + nA] = g;
+      nA++;
+    } else s.slots[start + nSilent++] = s.P[k]!; // slot no longer needed: its position, for demoteSilent
+  }
+  return { nA, nSilent };
+}
+
+/** Phase 2a: up rows of the fired neurons, then h = act(g)·u. */
+function up(n: NativeAddon, s: State, start: number, nA: number): void {
+  const { cfg, rs, ffn } = s.init;
+  const o = ffn.off;
+  n.matvecRows(ffn.upType, ffn.arena, ffn.gateBytes, ffn.slots, cfg.nEmbd, ffn.scratch, o.aSlots + start * 4, nA, rs.buf, rs.xb, ffn.scratch, o.uA + start * 4, ffn.slotBytes);
+  n.gatedAct(ffn.kind, ffn.scratch, o.gA + start * 4, ffn.scratch, o.uA + start * 4, ffn.scratch, o.hA + start * 4, nA);
+}
+
+/** Phase 2b: o += Σ h[k]·down(k), k ascending; the scheduler posts clusters in pack order. */
+function down(n: NativeAddon, s: State, start: number, nA: number): void {
+  const { cfg, rs, ffn } = s.init;
+  const o = ffn.off;
+  n.axpyRows(ffn.downType, ffn.arena, ffn.gateBytes + ffn.upBytes, ffn.slots, cfg.nEmbd, ffn.scratch, o.aSlots + start * 4, nA, ffn.scratch, o.hA + start * 4, rs.buf, rs.o, ffn.slotBytes);
+}
+
+/**
+ * The accelerator role: a prompt batch through the dense forward, each layer's FFN streamed
+ * from the pack through the staging buffer in sequential reads (all neurons, pack order).
+ */
+function prefill(n: NativeAddon, s: State, tokens: number[], pos0: number): { logits: number; reads: number } {
+  const { cfg, rs, kv, ffn, prefill: pf } = s.init;
+  const B = ffn.bundleBytes;
+  const per = Math.max(1, Math.floor(pf.stagingBytes / B));
+  let reads = 0;
+  const w: Weights = {
+    ...s.weights,
+    sparseFfn: {
+      run(layer, rs2, nTok) {
+        n.viewF32(rs2.buf, rs2.o, nTok * cfg.nEmbd).fill(0);
+        for (let a = 0; a < cfg.nFF; a += per) {
+          const m = Math.min(per, cfg.nFF - a);
+          n.readBatch(pf.loader, Float64Array.of(pf.layerOffsets[layer]! + a * B, m * B, pf.staging, 0));
+          reads += m * B;
+          denseBundles(ffn, pf.staging, 0, m, rs2, nTok, s.bundles);
+        }
+      },
+    },
+  };
+  const logits = forward(cfg, w, rs, kv, tokens, pos0);
+  return { logits, reads };
+}
