@@ -19,6 +19,8 @@ import { modelFingerprint } from "../sparse/fingerprint.js";
 import { openPack, writePack } from "../sparse/pack.js";
 import { loadSparseModel, type SparseLayerReport, type SparseRuntime } from "../sparse/sparse-model.js";
 import { parseBytes, formatBytes, progressBar } from "./format.js";
+import { loadMappedPack } from "../pipeline/mmap-model.js";
+import { traceCommand } from "./trace-command.js";
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
 
@@ -68,6 +70,8 @@ const packOptions = {
   io: { type: "string" },
   "queue-depth": { type: "string" },
   "sparse-stats": { type: "boolean" },
+  mode: { type: "string" },
+  trace: { type: "string" },
 } as const;
 const packHelp = {
   memory: "neuron pack only: hard bound on the memory held for the model, e.g. 2GiB (default: the whole pack resident)",
@@ -75,10 +79,13 @@ const packHelp = {
   io: "neuron pack only: storage reads through uring, pread or auto (default auto)",
   "queue-depth": "neuron pack only: reads in flight (default 32)",
   "sparse-stats": "neuron pack only: print per-layer hit rate and bytes read per token",
+  mode:
+    "neuron pack only: pipeline (actor pipeline, reads overlap compute; default for generate), blocking (LLMFlash: window cache, all reads before compute), sync (sparse FFN inline on one thread; default for eval) or mmap (dense over a memory-mapped file, as llama.cpp)",
+  trace: "neuron pack, pipeline/blocking only: record actor events and I/O/kernel intervals as JSON lines to this file (`neuronpipe trace export|plot|stats`)",
 };
 
 /** A GGUF model (dense), or a neuron pack (sparse, under --memory). */
-async function loadAnyModel(path: string, v: Record<string, string | boolean | undefined>, o: { threads?: number; contextSize?: number }) {
+async function loadAnyModel(path: string, v: Record<string, string | boolean | undefined>, o: { threads?: number; contextSize?: number; defaultMode?: "pipeline" | "sync" }) {
   const sparseFlags = Object.keys(packOptions).filter((k) => v[k] !== undefined);
   if (!isPack(path)) {
     if (sparseFlags.length > 0) throw new UsageError(`--${sparseFlags[0]} needs a neuron pack, and ${path} is a plain model; create one with \`neuronpipe pack --model ${path}\``);
@@ -89,7 +96,16 @@ async function loadAnyModel(path: string, v: Record<string, string | boolean | u
   const backend = (v.io as string | undefined) ?? "auto";
   if (backend !== "auto" && backend !== "uring" && backend !== "pread") throw new UsageError(`--io must be auto, uring or pread, got "${backend}"`);
   const queueDepth = num(v["queue-depth"], "queue-depth", { int: true, min: 1 }) ?? 32;
+  const mode = (v.mode as string | undefined) ?? o.defaultMode ?? "sync";
+  if (mode !== "pipeline" && mode !== "blocking" && mode !== "sync" && mode !== "mmap") throw new UsageError(`--mode must be pipeline, blocking, sync or mmap, got "${mode}"`);
+  if (v.trace !== undefined && mode !== "pipeline" && mode !== "blocking") throw new UsageError(`--trace records the actor pipeline: use it with --mode pipeline or blocking, not ${mode}`);
+  if (mode === "mmap") {
+    const extra = ["memory", "predictor", "io", "queue-depth"].filter((k) => v[k] !== undefined);
+    if (extra.length) throw new UsageError(`--${extra[0]} does not apply to --mode mmap (dense over a mapping; limit its memory with a cgroup)`);
+    return loadMappedPack(path, o);
+  }
   return loadSparseModel(path, {
+    engine: mode,
     memory: (v.memory as string | undefined) ?? Number.MAX_SAFE_INTEGER,
     predictor,
     io: { backend, queueDepth },
@@ -180,7 +196,7 @@ const commands: Record<string, Command> = {
         seed: num(v.seed, "seed", { int: true }) ?? 0,
       };
       const path = (v.model as string | undefined) ?? (await defaultModelPath());
-      const model = await loadAnyModel(path, v, { threads, contextSize });
+      const model = await loadAnyModel(path, v, { threads, contextSize, defaultMode: "pipeline" });
       try {
         if (model.sparse && !v.json) process.stderr.write(model.sparse.describe() + "\n");
         const session = model.createSession({ contextSize });
@@ -189,7 +205,7 @@ const commands: Record<string, Command> = {
         process.once("SIGINT", onSigint);
         const ids: number[] = [];
         let text = "";
-        const it = session.generate(prompt, { ...sampling, signal: ac.signal });
+        const it = session.generate(prompt, { ...sampling, signal: ac.signal, trace: v.trace as string | undefined });
         let r = await it.next();
         if (!v.json) process.stdout.write(prompt);
         while (!r.done) {
@@ -222,8 +238,9 @@ const commands: Record<string, Command> = {
           if (model.sparse) process.stderr.write(sparseSummary(model.sparse, !!v["sparse-stats"]));
         }
         session.dispose();
+        if (v.trace && !v.json) process.stderr.write(`trace written to ${v.trace as string} (neuronpipe trace plot ${v.trace as string})\n`);
       } finally {
-        model.dispose();
+        await model[Symbol.asyncDispose]();
       }
     },
   },
@@ -372,6 +389,8 @@ const commands: Record<string, Command> = {
     },
   },
 };
+
+commands.trace = traceCommand;
 
 commands.quantize = {
   summary: "re-encode a GGUF's weight matrices as f32, f16, q8_0 or q4_0",

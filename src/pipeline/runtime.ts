@@ -182,6 +182,11 @@ export class PipelineRuntime {
     return `pipeline: mode ${k.mode}, clusters of ${k.clusterNeurons} pack positions, prefetch ${k.prefetchClusters} hot clusters of the next layer${k.mode === "blocking" ? `, window cache of ${k.window} tokens` : ""}, staging ${k.stagingChunks} × ${(k.stagingChunkBytes / 1024).toFixed(0)} KiB, ${k.ioInFlight} read batches in flight, compute worker ${k.bigCores ? `on core ${k.bigCores.join(",")}` : "unpinned"} with ${k.threads} kernel threads, I/O worker ${k.littleCores ? `on core ${k.littleCores.join(",")}` : "unpinned"}`;
   }
 
+  /** The worker threads (tests kill one to check failure handling; tools read their ids). */
+  workerThreads(): { compute: import("node:worker_threads").Worker; io: import("node:worker_threads").Worker } {
+    return { compute: this.computePool.threads[0]!, io: this.ioPool.threads[0]! };
+  }
+
   /** Wait until nothing this runtime started is still running (after a cancelled token, say). */
   async idle(): Promise<void> {
     while (this.active) await this.active.catch(() => {});

@@ -161,7 +161,11 @@ export async function loadSparseModel(path: string, opts: SparseLoadOptions): Pr
       `${path}: the pack has no predictors (blk.N.fc1.weight / blk.N.fc2.weight); train them with \`neuronpipe train-predictor\` and pack again, or use the oracle predictor`,
     );
   }
-  const plan = planMemory(pack, budget, planOptions(cfg, { ...opts, predictor: mode === "trained" })); // throws with the numbers when it cannot fit
+  // the actor pipeline keeps several read batches in flight: a larger staging buffer (1% of the
+  // budget, 256..2048 neurons) lets each batch fill the loader's queue
+  const pipelined = opts.engine === "pipeline" || opts.engine === "blocking";
+  const stagingNeurons = opts.stagingNeurons ?? (pipelined ? Math.min(2048, Math.max(256, Math.floor((0.01 * budget) / pack.bundleBytes))) : undefined);
+  const plan = planMemory(pack, budget, planOptions(cfg, { ...opts, stagingNeurons, predictor: mode === "trained" })); // throws with the numbers when it cannot fit
 
   const io = { backend: opts.io?.backend ?? "auto", queueDepth: opts.io?.queueDepth ?? 32, directIO: opts.io?.directIO ?? true } as const;
   let loaderId: number;

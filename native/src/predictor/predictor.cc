@@ -1,4 +1,5 @@
 #include "predictor/predictor.h"
+#include "threads.h"
 
 #include <algorithm>
 #include <cmath>
@@ -187,14 +188,32 @@ PredTrainResult predTrain(const float* x, const uint8_t* y, int64_t nTok, int64_
   return r;
 }
 
+// Decode path: no transposes (the training layout would cost two matrix copies per call). Each
+// output element sums in the same order as hiddenOf/logitsOf, so scores are bit-identical to
+// training's; rows are split across the pool, which never changes a row's order.
 void predScores(const float* fc1, const float* fc2, int64_t nEmbd, int64_t hidden, int64_t nFF, const float* x,
                 int64_t nTok, float* out) {
-  std::vector<float> w1t(nEmbd * hidden), w2t(hidden * nFF), h(hidden);
-  transpose(fc1, hidden, nEmbd, w1t.data());
-  transpose(fc2, nFF, hidden, w2t.data());
+  std::vector<float> h(hidden);
   for (int64_t t = 0; t < nTok; t++) {
-    hiddenOf(w1t.data(), x + t * nEmbd, nEmbd, hidden, h.data());
-    logitsOf(w2t.data(), h.data(), hidden, nFF, out + t * nFF);
+    const float* xt = x + t * nEmbd;
+    float* zt = out + t * nFF;
+    poolRun((hidden + 15) / 16, poolGetThreads(), [&](int64_t c) {
+      for (int64_t k = c * 16; k < std::min(hidden, (c + 1) * 16); k++) {
+        const float* w = fc1 + k * nEmbd;
+        float acc = 0.f;
+        for (int64_t j = 0; j < nEmbd; j++) acc += xt[j] * w[j];
+        h[k] = acc > 0.f ? acc : 0.f;
+      }
+    });
+    poolRun((nFF + 255) / 256, poolGetThreads(), [&](int64_t c) {
+      for (int64_t i = c * 256; i < std::min(nFF, (c + 1) * 256); i++) {
+        const float* w = fc2 + i * hidden;
+        float acc = 0.f;
+        for (int64_t k = 0; k < hidden; k++)
+          if (h[k] != 0.f) acc += h[k] * w[k];
+        zt[i] = acc;
+      }
+    });
   }
 }
 

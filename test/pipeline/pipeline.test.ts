@@ -1,0 +1,221 @@
+// The actor pipeline against independent references: the dense engine (plain model) and the
+// synchronous sparse engine of the sparse-decode issue decode the same greedy tokens as the
+// `pipeline` and `blocking` modes at 50% of the FFN offloaded; the traces show I/O hidden under
+// compute in pipeline mode and none in blocking mode; cancellation, a killed compute worker and
+// an I/O error end the generation in the right state with a clear message, and the next
+// generation decodes the reference tokens again.
+import { copyFileSync, mkdtempSync, rmSync, truncateSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadModel, type Model } from "../../src/index.js";
+import { budgetForFfnFraction, planOptions } from "../../src/sparse/memory-plan.js";
+import { openPack, writePack } from "../../src/sparse/pack.js";
+import { loadSparseModel, type SparseLoadOptions } from "../../src/sparse/sparse-model.js";
+import { loadMappedPack } from "../../src/pipeline/mmap-model.js";
+import { TraceRecorder, type SpanRecord } from "../../src/pipeline/trace.js";
+import { traceStats } from "../../src/pipeline/trace-stats.js";
+import type { InspectionEvent } from "xstate";
+
+const root = join(import.meta.dirname, "..", "..");
+const defaultModel = join(root, "models", "neuronpipe-default.gguf");
+const dir = mkdtempSync(join(tmpdir(), "np-pipeline-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const packPath = join(dir, "default.pack.gguf");
+const ctx = 128;
+const prompt = "The whale";
+
+beforeAll(async () => {
+  await writePack(defaultModel, packPath, { profile: `${defaultModel}.profile.gguf`, predictor: `${defaultModel}.predictor.gguf` });
+}, 120_000);
+
+function budget(f: number, predictor: boolean): number {
+  const pack = openPack(packPath);
+  return budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: ctx, predictor }));
+}
+
+async function load(engine: SparseLoadOptions["engine"], predictor: "trained" | "oracle", path = packPath): Promise<Model> {
+  return loadSparseModel(path, { memory: budget(0.5, predictor === "trained"), predictor, engine, contextSize: ctx });
+}
+
+/** Greedy tokens through Session.generate; the session machine's final state alongside. */
+async function generate(m: Model, tokens: number, opts: { trace?: TraceRecorder; signal?: AbortSignal; onToken?: (i: number) => void } = {}) {
+  const s = m.createSession({ contextSize: ctx });
+  const ids: number[] = [];
+  let state: unknown;
+  let error: Error | undefined;
+  const inspect = (ev: InspectionEvent) => {
+    if (ev.type === "@xstate.snapshot" && ev.actorRef.sessionId === ev.rootId) state = (ev.snapshot as { value?: unknown }).value;
+  };
+  try {
+    for await (const p of s.generate(prompt, { maxTokens: tokens, temperature: 0, trace: opts.trace, signal: opts.signal, inspect })) {
+      if (p.token >= 0) ids.push(p.token);
+      opts.onToken?.(ids.length);
+    }
+  } catch (e) {
+    error = e as Error;
+  } finally {
+    s.dispose();
+  }
+  return { ids, state, error };
+}
+
+async function closeModel(m: Model) {
+  await m[Symbol.asyncDispose]();
+}
+
+let dense: number[];
+beforeAll(async () => {
+  const m = await loadModel(defaultModel);
+  dense = (await generate(m, 64)).ids;
+  m.dispose();
+  expect(dense.length).toBe(64);
+}, 60_000);
+
+describe("modes on one pack, 50% of the FFN offloaded", () => {
+  it("oracle predictor: pipeline, blocking, sync sparse and mmap decode the dense engine's 64 greedy tokens", async () => {
+    for (const engine of ["pipeline", "blocking", "sync"] as const) {
+      const m = await load(engine, "oracle");
+      try {
+        expect(m.sparse!.plan.ffnResident).toBeCloseTo(0.5, 2);
+        const r = await generate(m, 64);
+        expect(r.error).toBeUndefined();
+        expect(r.ids, engine).toEqual(dense);
+        // it really read from storage while decoding
+        expect(m.sparse!.report().reduce((a, l) => a + l.bytesRead, 0), engine).toBeGreaterThan(0);
+      } finally {
+        await closeModel(m);
+      }
+    }
+    const mm = await loadMappedPack(packPath);
+    try {
+      expect((await generate(mm, 64)).ids).toEqual(dense);
+    } finally {
+      mm.dispose();
+    }
+  }, 120_000);
+
+  it("trained predictor: pipeline and blocking decode the same 64 tokens, and the dense engine's", async () => {
+    const got: number[][] = [];
+    for (const engine of ["pipeline", "blocking"] as const) {
+      const m = await load(engine, "trained");
+      try {
+        const r = await generate(m, 64);
+        expect(r.error).toBeUndefined();
+        got.push(r.ids);
+        const rep = m.sparse!.report();
+        const predicted = rep.reduce((a, l) => a + l.predicted, 0) / rep[0]!.tokens;
+        expect(predicted).toBeLessThan(0.5 * 6 * 1024); // the predictor, not every neuron
+      } finally {
+        await closeModel(m);
+      }
+    }
+    expect(got[0]).toEqual(got[1]);
+    expect(got[0]).toEqual(dense);
+  }, 120_000);
+});
+
+describe("traces", () => {
+  it("pipeline mode hides I/O under compute; blocking mode does not", async () => {
+    const shares: Record<string, number> = {};
+    for (const mode of ["pipeline", "blocking"] as const) {
+      const m = await load(mode, "trained");
+      const rec = new TraceRecorder({ mode, model: packPath, threads: {} });
+      try {
+        const r = await generate(m, 24, { trace: rec });
+        expect(r.error).toBeUndefined();
+      } finally {
+        await closeModel(m);
+      }
+      const st = traceStats(rec.records);
+      const spans = rec.records.filter((x): x is SpanRecord => x.kind === "span");
+      // every decode step has attention, predictor and FFN spans for every layer, and reads
+      for (const name of ["attention", "predict", "read"]) expect(spans.some((s) => s.name === name), `${mode} ${name}`).toBe(true);
+      expect(rec.records.some((x) => x.kind === "actor")).toBe(true);
+      expect(st.ioUs).toBeGreaterThan(0);
+      expect(st.computeUs).toBeGreaterThan(0);
+      shares[mode] = st.ioHiddenShare;
+      if (mode === "blocking") {
+        expect(st.ioHiddenUs).toBe(0); // every read finishes before the compute that needs it starts
+        expect(spans.some((s) => s.name === "ffn")).toBe(true);
+      } else {
+        expect(st.ioHiddenShare).toBeGreaterThan(0.01);
+        expect(spans.filter((s) => s.name === "gate").length).toBeGreaterThan(spans.filter((s) => s.name === "attention").length); // several clusters per layer
+      }
+    }
+    console.log(`I/O hidden under compute: pipeline ${(100 * shares.pipeline!).toFixed(1)}%, blocking ${(100 * shares.blocking!).toFixed(1)}%`);
+  }, 120_000);
+});
+
+describe("cancellation and failure", () => {
+  it("an abort stops the generation within the layer it arrives in; the next generation decodes the reference tokens", async () => {
+    const m = await load("pipeline", "oracle");
+    try {
+      const ac = new AbortController();
+      // abort from inside the pipeline: when layer 2's first gate span of decode step 3 is recorded
+      const rec = new TraceRecorder({ mode: "pipeline", model: packPath, threads: {} });
+      const span = rec.span.bind(rec);
+      rec.span = (s) => {
+        span(s);
+        if (s.token === 3 && s.layer === 2 && s.name === "gate" && !ac.signal.aborted) ac.abort(new Error("user pressed stop"));
+      };
+      const r = await generate(m, 64, { trace: rec, signal: ac.signal });
+      expect(r.state).toBe("cancelled");
+      expect(r.error?.message).toMatch(/user pressed stop/);
+      const later = rec.records.filter((x): x is SpanRecord => x.kind === "span" && x.token === 3 && x.name === "attention");
+      expect(Math.max(...later.map((s) => s.layer!))).toBe(2); // layer 3's attention never started
+      expect(rec.records.some((x) => x.kind === "span" && (x.token ?? 0) > 3)).toBe(false);
+      const again = await generate(m, 64);
+      expect(again.error).toBeUndefined();
+      expect(again.ids).toEqual(dense);
+    } finally {
+      await closeModel(m);
+    }
+  }, 120_000);
+
+  it("a killed compute worker fails the session with the cause; the next generation works", async () => {
+    const m = await load("pipeline", "oracle");
+    try {
+      const pipeline = m.sparse!.pipeline!;
+      const r = await generate(m, 64, {
+        onToken: (i) => {
+          if (i === 4) void pipeline.workerThreads().compute.terminate();
+        },
+      });
+      expect(r.state).toBe("failed");
+      expect(r.error?.message).toMatch(/generation failed: compute worker \(big\)/);
+      console.log(`killed worker: ${r.error?.message}`);
+      expect(r.ids.length).toBeGreaterThanOrEqual(4);
+      expect(r.ids.length).toBeLessThan(64);
+      const again = await generate(m, 64);
+      expect(again.error).toBeUndefined();
+      expect(again.ids).toEqual(dense);
+    } finally {
+      await closeModel(m);
+    }
+  }, 120_000);
+
+  it("an I/O error fails the session naming the file and offset; after the file is whole again the next generation works", async () => {
+    const copy = join(dir, "copy.pack.gguf");
+    copyFileSync(packPath, copy);
+    const pack = openPack(copy);
+    const m = await loadSparseModel(copy, { memory: budget(0.5, false), predictor: "oracle", engine: "pipeline", contextSize: ctx });
+    try {
+      const r = await generate(m, 64, {
+        onToken: (i) => {
+          if (i === 4) truncateSync(copy, pack.layers[1]!.bundlesOffset); // layers 1.. no longer readable
+        },
+      });
+      expect(r.state).toBe("failed");
+      expect(r.error?.message).toMatch(/I\/O loader .*copy\.pack\.gguf/);
+      expect(r.error?.message).toMatch(/offset \d+/);
+      console.log(`I/O error: ${r.error?.message}`);
+      copyFileSync(packPath, copy); // same inode: the open loader reads the whole file again
+      const again = await generate(m, 64);
+      expect(again.error).toBeUndefined();
+      expect(again.ids).toEqual(dense);
+    } finally {
+      await closeModel(m);
+    }
+  }, 120_000);
+});
