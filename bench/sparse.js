@@ -42,6 +42,8 @@ const { values: v } = parseArgs({
     model: { type: "string" },
     budget: { type: "string" },
     result: { type: "string" },
+    engine: { type: "string" },
+    svg: { type: "string" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
@@ -177,17 +179,22 @@ function child(kind, args, limit, timeoutSeconds = 900) {
 
 async function childNeuronpipe() {
   const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
+  const { TraceRecorder } = await import(pathToFileURL(join(rootDir, "dist", "src", "pipeline", "trace.js")).href);
+  const { traceStats } = await import(pathToFileURL(join(rootDir, "dist", "src", "pipeline", "trace-stats.js")).href);
+  const { traceSvg } = await import(pathToFileURL(join(rootDir, "dist", "src", "pipeline", "trace-plot.js")).href);
+  const engine = v.engine ?? "pipeline";
   const t0 = performance.now();
-  const model = await np.loadSparseModel(v.model, { memory: Number(v.budget), threads, contextSize: ctx });
+  const model = await np.loadSparseModel(v.model, { memory: Number(v.budget), threads, contextSize: ctx, engine });
   const loadSeconds = (performance.now() - t0) / 1000;
-  log(`neuronpipe: loaded in ${loadSeconds.toFixed(1)} s\n${model.sparse.describe()}`);
+  log(`neuronpipe (${engine}): loaded in ${loadSeconds.toFixed(1)} s\n${model.sparse.describe()}`);
   const s = model.createSession();
+  const trace = engine === "sync" ? undefined : new TraceRecorder({ mode: engine, model: v.model, threads: {} });
   // warm-up: a few tokens so the cache holds the working set, then measure
   let it = s.generate(PROMPT, { maxTokens: 4, temperature: 0 });
   while (!(await it.next()).done);
   s.reset();
   model.sparse.resetStats();
-  it = s.generate(PROMPT, { maxTokens: decode, temperature: 0 });
+  it = s.generate(PROMPT, { maxTokens: decode, temperature: 0, trace });
   const toks = [];
   let tFirst = 0;
   let tLast = 0;
@@ -203,8 +210,25 @@ async function childNeuronpipe() {
   const rep = model.sparse.report();
   const sum = (f) => rep.reduce((a, x) => a + f(x), 0);
   const tokens = rep[0].tokens;
+  let pipeline;
+  if (trace) {
+    const st = traceStats(trace.records);
+    pipeline = {
+      knobs: model.sparse.pipeline.knobs,
+      latencyMs: st.latencyMs,
+      ioHiddenShare: st.ioHiddenShare,
+      orchestrationShare: st.orchestrationShare,
+      ioMs: st.ioUs / 1000,
+      computeMs: st.computeUs / 1000,
+    };
+    if (v.svg) {
+      writeFileSync(v.svg, traceSvg(trace.records, { tokens: [2, 3], width: 1400, title: `neuronpipe ${engine} — llama2-7b-shaped Q4_0, ${fmtGiB(Number(v.budget))} budget, decode steps 2–3` }));
+      log(`wrote ${v.svg}`);
+    }
+  }
   const out = {
-    engine: "neuronpipe",
+    engine: `neuronpipe ${engine}`,
+    pipeline,
     loadSeconds,
     decodeTokensPerSecond: (toks.length - 1) / ((tLast - tFirst) / 1000),
     generated: toks,
@@ -221,8 +245,37 @@ async function childNeuronpipe() {
     processPeakRssBytes: process.resourceUsage().maxRSS * 1024,
   };
   s.dispose();
-  model.dispose();
+  await model[Symbol.asyncDispose]();
   return out;
+}
+
+const fmtGiB = (b) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+
+/** llama.cpp's way on our file: dense over a memory mapping of the pack (mode mmap). */
+async function childMmap() {
+  const { loadMappedPack } = await import(pathToFileURL(join(rootDir, "dist", "src", "pipeline", "mmap-model.js")).href);
+  const t0 = performance.now();
+  const model = await loadMappedPack(v.model, { threads });
+  const loadSeconds = (performance.now() - t0) / 1000;
+  const s = model.createSession({ contextSize: ctx });
+  const it = s.generate(PROMPT, { maxTokens: decode, temperature: 0 });
+  const times = [];
+  const tokens = [];
+  let r;
+  while (!(r = await it.next()).done) {
+    tokens.push(r.value.token);
+    times.push(performance.now());
+    writeFileSync(`${v.result}.partial`, JSON.stringify({ times, loadSeconds }));
+  }
+  s.dispose();
+  model.dispose();
+  return {
+    engine: "neuronpipe mmap",
+    loadSeconds,
+    decodeTokensPerSecond: (tokens.length - 1) / ((times[times.length - 1] - times[0]) / 1000),
+    generated: tokens,
+    processPeakRssBytes: process.resourceUsage().maxRSS * 1024,
+  };
 }
 
 async function childPeer() {
@@ -253,7 +306,7 @@ async function childPeer() {
 }
 
 if (v.child) {
-  const res = v.child === "neuronpipe" ? await childNeuronpipe() : await childPeer();
+  const res = v.child === "neuronpipe" ? await childNeuronpipe() : v.child === "mmap" ? await childMmap() : await childPeer();
   writeFileSync(v.result, JSON.stringify(res));
   process.exit(0);
 }
@@ -273,13 +326,18 @@ const fmt = (b) => `${(b / 2 ** 30).toFixed(2)} GiB`;
 log(`budget for ${(100 * ffn).toFixed(0)}% of the FFN resident: ${fmt(budget)}; model file ${fmt(np.readGGUF(model).fileSize)}; peer cgroup limit ${fmt(peerLimit)}`);
 
 const results = [];
-results.push({ setting: `neuronpipe, --memory ${fmt(budget)} (${(100 * (1 - ffn)).toFixed(0)}% of FFN offloaded)`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget)])) });
+const off = `${(100 * (1 - ffn)).toFixed(0)}% of FFN offloaded`;
+const img = join(rootDir, "docs", "img");
+results.push({ setting: `neuronpipe pipeline, --memory ${fmt(budget)} (${off})`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget), "--engine", "pipeline", "--svg", join(img, "pipeline-timeline.svg")])) });
+results.push({ setting: `neuronpipe blocking (LLMFlash: window cache of 5 tokens, reads before compute), --memory ${fmt(budget)}`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget), "--engine", "blocking", "--svg", join(img, "blocking-timeline.svg")])) });
+results.push({ setting: `neuronpipe sync (sparse FFN inline, one thread), --memory ${fmt(budget)}`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget), "--engine", "sync"])) });
+results.push({ setting: `neuronpipe mmap (dense over a mapped pack, as llama.cpp), memory cgroup ${fmt(peerLimit)}`, ...(await child("mmap", ["--model", pack], peerLimit, Number(v["peer-timeout"]))) });
 results.push({
   setting: `llama.cpp, memory cgroup ${fmt(peerLimit)} (mmap; node-llama-cpp cannot turn off Q4_0 repacking, so the repacked weights are anonymous memory inside the limit)`,
   ...(await child("llama.cpp", ["--model", model], peerLimit, Number(v["peer-timeout"]))),
 });
 results.push({ setting: "llama.cpp, in memory (mmap, no limit)", ...(await child("llama.cpp", ["--model", model])) });
-results.push({ setting: "neuronpipe, whole FFN resident (sparse, no I/O)", ...(await child("neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, planOpts))])) });
+results.push({ setting: "neuronpipe pipeline, whole FFN resident (sparse, no I/O)", ...(await child("neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, planOpts)), "--engine", "pipeline"])) });
 
 const record = {
   date: new Date().toISOString(),
@@ -299,7 +357,7 @@ writeFileSync(outFile, JSON.stringify(record, null, 2) + "\n");
 
 const ours = results[0].decodeTokensPerSecond;
 const lines = [
-  `| setting | decode tok/s | vs neuronpipe | hit rate | read/token | peak memory |`,
+  `| setting | decode tok/s | pipeline ÷ this | hit rate | read/token | peak memory |`,
   `|---|---:|---:|---:|---:|---:|`,
 ];
 for (const r of results) {
@@ -307,6 +365,15 @@ for (const r of results) {
   const mem = r.peakResidentBytes ? `${fmt(r.peakResidentBytes)} model data (process ${fmt(r.processPeakRssBytes)})` : r.cgroup ? `cgroup max ${fmt(r.cgroup.maxUsage)}` : r.processPeakRssBytes ? `process ${fmt(r.processPeakRssBytes)}` : "";
   lines.push(
     `| ${r.setting} | ${tps ? tps.toFixed(2) : r.error ?? "—"} | ${tps ? (ours / tps).toFixed(2) + "×" : "—"} | ${r.hitRate !== undefined ? (100 * r.hitRate).toFixed(1) + "%" : "—"} | ${r.bytesReadPerToken !== undefined ? (r.bytesReadPerToken / 2 ** 20).toFixed(1) + " MiB" : "—"} | ${mem} |`,
+  );
+}
+const pl = results[0].pipeline;
+if (pl) {
+  const L = pl.latencyMs;
+  lines.push(
+    "",
+    `pipeline per-token latency: mean ${L.mean.toFixed(0)} ms, P50 ${L.p50.toFixed(0)}, P90 ${L.p90.toFixed(0)}, P99 ${L.p99.toFixed(0)} (P99/mean ${(L.p99 / L.mean).toFixed(2)}); ` +
+      `I/O hidden under compute ${(100 * pl.ioHiddenShare).toFixed(1)}% (blocking: ${(100 * (results[1].pipeline?.ioHiddenShare ?? 0)).toFixed(1)}%); orchestration ${(100 * pl.orchestrationShare).toFixed(1)}% of token time`,
   );
 }
 process.stdout.write(lines.join("\n") + "\n");
