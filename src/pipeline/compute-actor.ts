@@ -21,18 +21,23 @@ export class ComputeActor {
   trace?: TraceRecorder;
   token = -1;
   busyUs = 0; // sum of task intervals (kernels and the worker's own bookkeeping)
+  private lost = false; // the worker thread exited since the last init
 
   constructor(
     private readonly pool: Piscina,
     readonly role: "big" | "little",
-  ) {}
+  ) {
+    pool.on("workerDestroy", () => (this.lost = true));
+  }
 
   async run(task: Task, span: SpanInfo): Promise<ComputeResult> {
     let r: ComputeResult;
+    if (this.lost) throw new Error(`compute worker (${this.role}): its thread exited (crashed or killed) and was replaced; this generation's work on it is lost`);
     try {
       r = (await this.pool.run({ ...task, key: this.key })) as ComputeResult;
     } catch (e) {
-      throw new Error(`compute worker (${this.role}): ${(e as Error)?.message ?? String(e)}`, { cause: e });
+      const exited = this.lost ? " (its thread exited: crashed or killed)" : "";
+      throw new Error(`compute worker (${this.role})${exited}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
     }
     this.busyUs += r.t1 - r.t0;
     this.trace?.span({ ...span, t0: r.t0, t1: r.t1, token: this.token, neurons: span.neurons ?? r.nP });
@@ -42,6 +47,7 @@ export class ComputeActor {
   /** Send the session's descriptors (a new session, or a worker that replaced a crashed one). */
   async init(init: Extract<ComputeTask, { op: "init" }>): Promise<void> {
     this.key = init.key;
+    this.lost = false;
     try {
       await this.pool.run(init);
     } catch (e) {

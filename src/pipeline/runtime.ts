@@ -93,6 +93,10 @@ export class PipelineRuntime {
   private step = 0;
   private active?: Promise<unknown>;
   private traceRec?: TraceRecorder;
+  // the next layer's attention and predictor, posted as soon as the last down of this layer is
+  // (the worker runs tasks in order): the layer boundary costs no round trip to this thread
+  private ahead?: { layer: number; attention: Promise<unknown>; predict: Promise<number> };
+  private cur?: { token: number; pos: number; signal?: AbortSignal };
 
   constructor(
     private readonly sp: SparseRuntime,
@@ -123,7 +127,7 @@ export class PipelineRuntime {
       window: opts.window ?? 5,
       bigCores,
       littleCores,
-      ioInFlight: opts.ioInFlight ?? 2,
+      ioInFlight: opts.ioInFlight ?? chunks,
       stagingChunks: chunks,
       stagingChunkBytes: chunkBytes,
       threads,
@@ -219,24 +223,27 @@ export class PipelineRuntime {
       this.compute.token = step;
       this.io.token = step;
       this.window?.beginToken();
+      this.ahead = undefined;
+      this.cur = { token, pos, signal };
       const t0 = nowUs();
       const { cache } = this.sp;
       const trace = this.traceRec;
       const machine = tokenMachine.provide({
         actors: {
           attention: fromPromise<void, LayerInput>(async ({ input }) => {
-            if (signal?.aborted) throw abortError(signal);
-            await this.compute.run(
-              { op: "attention", layer: input.layer, pos0: pos, nTok: 1, tokens: input.layer === 0 ? [token] : undefined },
-              { lane: "compute", name: "attention", layer: input.layer },
-            );
+            if (this.ahead?.layer !== input.layer) {
+              if (signal?.aborted) throw abortError(signal);
+              this.postLayerStart(input.layer);
+            }
+            await this.ahead!.attention;
           }),
           predictor: fromPromise<number, LayerInput>(async ({ input }) => {
-            const r = await this.compute.run({ op: "predict", layer: input.layer, oracle: this.sp.engine.mode === "oracle" }, { lane: "predictor", name: "predict", layer: input.layer });
+            const nP = await this.ahead!.predict;
+            this.ahead = undefined;
             const st = this.sp.engine.stats[input.layer]!;
             st.tokens++;
-            st.predicted += r.nP!;
-            return r.nP!;
+            st.predicted += nP;
+            return nP;
           }),
           ffn: fromPromise<void, LayerInput & { nP: number }>(async ({ input }) =>
             this.window ? this.blockingLayer(input.layer, input.nP, signal) : this.clusterLayer(input.layer, input.nP, signal),
@@ -268,6 +275,26 @@ export class PipelineRuntime {
       if (out.error !== undefined) throw new Error(out.error);
       return out.logits;
     });
+  }
+
+  /** Post layer `layer`'s attention and predictor tasks (they run after everything posted before). */
+  private postLayerStart(layer: number): void {
+    const { token, pos } = this.cur!;
+    const attention = this.compute.run(
+      { op: "attention", layer, pos0: pos, nTok: 1, tokens: layer === 0 ? [token] : undefined },
+      { lane: "compute", name: "attention", layer },
+    );
+    const predict = this.compute
+      .run({ op: "predict", layer, oracle: this.sp.engine.mode === "oracle" }, { lane: "predictor", name: "predict", layer })
+      .then((r) => r.nP!);
+    attention.catch(() => {});
+    predict.catch(() => {});
+    this.ahead = { layer, attention, predict };
+  }
+
+  /** After a layer's last FFN task is posted: queue the next layer's start behind it, unless cancelled. */
+  private lookahead(layer: number): void {
+    if (layer + 1 < this.sp.pack.config.nLayer && !this.cur?.signal?.aborted) this.postLayerStart(layer + 1);
   }
 
   /** One call at a time; on failure the cache forgets unfinished reads and workers re-initialise. */
@@ -389,6 +416,7 @@ export class PipelineRuntime {
       running.push(p);
       i = end;
     }
+    if (!failed && !signal?.aborted) void prevPosted.then(() => (failed || signal?.aborted ? undefined : this.lookahead(layer)));
     const results = await Promise.allSettled(running);
     const bad = results.find((r) => r.status === "rejected") as PromiseRejectedResult | undefined;
     if (bad) throw bad.reason;
@@ -432,9 +460,10 @@ export class PipelineRuntime {
       const batches = wc.takeBatches();
       for (const b of batches) this.io.submit(b, this.sp.cache.arena).catch(() => {});
       await this.io.wait(batches.map((b) => b.id));
-      const r = await this.compute.run({ op: "ffn", layer, start: i, count: end - i }, { lane: "compute", name: "ffn", layer, neurons: end - i });
-      this.sp.engine.stats[layer]!.fired += r.nA!;
+      const ffn = this.compute.run({ op: "ffn", layer, start: i, count: end - i }, { lane: "compute", name: "ffn", layer, neurons: end - i });
       i = end;
+      if (i >= nP) this.lookahead(layer);
+      this.sp.engine.stats[layer]!.fired += (await ffn).nA!;
     }
   }
 
