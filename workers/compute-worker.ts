@@ -161,6 +161,7 @@ function prefill(n: NativeAddon, s: State, tokens: number[], pos0: number): { lo
   const { cfg, rs, kv, ffn, prefill: pf } = s.init;
   const B = ffn.bundleBytes;
   const per = Math.max(1, Math.floor(pf.stagingBytes / B));
+  s.bundles = createBundleScratch(cfg.nFF, pf.bundleScratch, 0); // its iota shares the decode scratch: write it again
   let reads = 0;
   const w: Weights = {
     ...s.weights,
