@@ -10,6 +10,7 @@
 // does not fire adds an exact zero: the result equals the oracle sparse FFN's bit for bit.
 import { native } from "../native.js";
 import type { RunState } from "../model/forward.js";
+import type { Pack } from "../sparse/pack.js";
 
 export interface BundleLayout {
   kind: number; // GateKind
@@ -21,6 +22,21 @@ export interface BundleLayout {
   bundleBytes: number;
   gateBlock: number; // the up row starts here within a bundle
   upBytes: number; // the down column follows the up row
+}
+
+/** The bundle layout of a pack; `kind` is the FFN's GateKind. */
+export function bundleLayoutOf(pack: Pack, kind: number): BundleLayout {
+  return {
+    kind,
+    gateType: pack.gateType,
+    upType: pack.upType,
+    downType: pack.downType,
+    dim: pack.config.nEmbd,
+    nFF: pack.config.nFF,
+    bundleBytes: pack.bundleBytes,
+    gateBlock: pack.gateBlock,
+    upBytes: pack.upBytes,
+  };
 }
 
 /** Scratch for denseBundles: iota (nFF) int32, then g, u, h (nFF each) f32. */

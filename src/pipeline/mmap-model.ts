@@ -9,7 +9,7 @@ import { vocabFromGGUF } from "../model/vocab.js";
 import { GateKind, native } from "../native.js";
 import { openPack } from "../sparse/pack.js";
 import { createTokenizer } from "../tokenizer/index.js";
-import { bundleScratchBytes, createBundleScratch, denseBundles, type BundleLayout } from "./dense-bundles.js";
+import { bundleLayoutOf, bundleScratchBytes, createBundleScratch, denseBundles } from "./dense-bundles.js";
 
 /** Open a neuron pack for dense decoding over a mapping of the file (mode `mmap`). */
 export async function loadMappedPack(path: string, opts: LoadOptions = {}): Promise<Model> {
@@ -25,17 +25,7 @@ export async function loadMappedPack(path: string, opts: LoadOptions = {}): Prom
     const weights = bindWeights(pack.file, cfg, map, { ffn: false }); // tensors at their file offsets in the mapping
     scratchBuf = n.alloc(bundleScratchBytes(cfg.nFF));
     const scratch = createBundleScratch(cfg.nFF, scratchBuf, 0);
-    const layout: BundleLayout = {
-      kind: cfg.activation === "reglu" ? GateKind.ReGLU : GateKind.dReLU,
-      gateType: pack.gateType,
-      upType: pack.upType,
-      downType: pack.downType,
-      dim: cfg.nEmbd,
-      nFF: cfg.nFF,
-      bundleBytes: pack.bundleBytes,
-      gateBlock: pack.gateBlock,
-      upBytes: pack.upBytes,
-    };
+    const layout = bundleLayoutOf(pack, cfg.activation === "reglu" ? GateKind.ReGLU : GateKind.dReLU);
     weights.sparseFfn = {
       run(layer: number, rs: RunState, nTok: number) {
         n.viewF32(rs.buf, rs.o, nTok * cfg.nEmbd).fill(0);

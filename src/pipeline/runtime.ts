@@ -29,6 +29,7 @@ import { native } from "../native.js";
 import type { CacheBatch, LayerCacheStats } from "../sparse/neuron-cache.js";
 import type { SparseRuntime } from "../sparse/sparse-model.js";
 import { ComputeActor } from "./compute-actor.js";
+import { bundleLayoutOf } from "./dense-bundles.js";
 import { IoLoader } from "./io-loader.js";
 import { nowUs, type TraceRecorder } from "./trace.js";
 import { WindowCache } from "./window-cache.js";
@@ -336,15 +337,7 @@ export class PipelineRuntime {
       rs,
       kv,
       ffn: {
-        kind: engine.kind,
-        gateType: pack.gateType,
-        upType: pack.upType,
-        downType: pack.downType,
-        dim: cfg.nEmbd,
-        nFF: cfg.nFF,
-        bundleBytes: pack.bundleBytes,
-        gateBlock: pack.gateBlock,
-        upBytes: pack.upBytes,
+        ...bundleLayoutOf(pack, engine.kind),
         arena: cache.arena,
         slotBytes: cache.slotBytes,
         slots: plan.slots,

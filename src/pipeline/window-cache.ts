@@ -10,6 +10,7 @@
 import type { CacheBatch, LayerCacheStats } from "../sparse/neuron-cache.js";
 import type { MemoryPlan } from "../sparse/memory-plan.js";
 import type { Pack } from "../sparse/pack.js";
+import { SlotLru } from "../sparse/slot-lru.js";
 
 export class WindowCache {
   readonly stats: LayerCacheStats[];
@@ -20,10 +21,7 @@ export class WindowCache {
   private readonly owner: Int32Array; // (slots) neuron or -1
   private readonly lastToken: Int32Array; // (slots) token index of last use
   private readonly lastChunk: Int32Array; // (slots) chunk tick of last use
-  private readonly prev: Int32Array;
-  private readonly next: Int32Array;
-  private head = -1;
-  private tail = -1;
+  private readonly lru: SlotLru; // all slots, most recent at head
   private token = 0;
   private chunk = 0;
   private batchSeq = 0;
@@ -48,10 +46,9 @@ export class WindowCache {
     this.owner = new Int32Array(this.S).fill(-1);
     this.lastToken = new Int32Array(this.S).fill(-1);
     this.lastChunk = new Int32Array(this.S).fill(-1);
-    this.prev = new Int32Array(this.S);
-    this.next = new Int32Array(this.S);
     this.slotBatch = new Int32Array(this.S);
-    for (let s = 0; s < this.S; s++) this.pushTail(s);
+    this.lru = new SlotLru(new Int32Array(this.S), new Int32Array(this.S));
+    for (let s = 0; s < this.S; s++) this.lru.pushTail(s);
     this.stats = Array.from({ length: nLayer }, () => ({ gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 }));
   }
 
@@ -63,8 +60,7 @@ export class WindowCache {
       if (this.owner[s]! >= 0 && this.lastToken[s]! < keepFrom) {
         this.slotOf[this.owner[s]!] = -1;
         this.owner[s] = -1;
-        this.unlink(s);
-        this.pushTail(s);
+        this.lru.demote(s);
       }
     }
   }
@@ -99,7 +95,7 @@ export class WindowCache {
         st.gateHits++;
         endRun();
       } else {
-        s = this.tail;
+        s = this.lru.tail;
         if (this.lastChunk[s] === chunk) break; // every slot is needed by this chunk
         if (this.owner[s]! >= 0) this.slotOf[this.owner[s]!] = -1;
         this.owner[s] = g;
@@ -111,8 +107,7 @@ export class WindowCache {
       }
       this.lastToken[s] = this.token;
       this.lastChunk[s] = chunk;
-      this.unlink(s);
-      this.pushHead(s);
+      this.lru.touch(s);
       slotsOut[i - start] = s;
     }
     endRun();
@@ -168,30 +163,5 @@ export class WindowCache {
     this.reqs = [];
     this.copies = [];
     this.used = 0;
-  }
-
-  private unlink(s: number) {
-    const p = this.prev[s]!;
-    const nx = this.next[s]!;
-    if (p >= 0) this.next[p] = nx;
-    else this.head = nx;
-    if (nx >= 0) this.prev[nx] = p;
-    else this.tail = p;
-  }
-
-  private pushHead(s: number) {
-    this.prev[s] = -1;
-    this.next[s] = this.head;
-    if (this.head >= 0) this.prev[this.head] = s;
-    this.head = s;
-    if (this.tail < 0) this.tail = s;
-  }
-
-  private pushTail(s: number) {
-    this.next[s] = -1;
-    this.prev[s] = this.tail;
-    if (this.tail >= 0) this.next[this.tail] = s;
-    this.tail = s;
-    if (this.head < 0) this.head = s;
   }
 }

@@ -12,6 +12,7 @@
 import { native, type NativeAddon } from "../native.js";
 import type { MemoryPlan } from "./memory-plan.js";
 import type { Pack } from "./pack.js";
+import { SlotLru } from "./slot-lru.js";
 
 export interface LayerCacheStats {
   /** Gate rows needed (predicted neurons) and how many were already resident. */
@@ -68,10 +69,7 @@ export class NeuronCache {
   private readonly slotOf: Int32Array; // (nLayer*nFF) slot of (layer, pack position) or -1
   private readonly state: Uint8Array; // (nLayer*nFF) NONE | GATE | FULL
   private readonly owner: Int32Array; // (slots) neuron (layer*nFF + p) held, or -1
-  private readonly prev: Int32Array; // (slots) cold LRU list, most recent at head
-  private readonly next: Int32Array;
-  private head = -1;
-  private tail = -1;
+  private readonly lru: SlotLru; // cold slots, most recent at head (prev/next tables in native memory)
   private readonly frameOf: Int32Array; // (nLayer*nFF/C) frame of a cluster or -1
   private readonly frameOwner: Int32Array; // (hotFrames) cluster held or -1
   private readonly frameUse: Int32Array; // (hotFrames) tick of last use
@@ -139,14 +137,13 @@ export class NeuronCache {
     };
     this.slotOf = take(N).fill(-1);
     this.owner = take(S).fill(-1);
-    this.prev = take(S);
-    this.next = take(S);
+    this.lru = new SlotLru(take(S), take(S));
     this.frameOf = take(clusters).fill(-1);
     this.frameOwner = take(F).fill(-1);
     this.frameUse = take(F);
     this.state = n.viewU8(this.tables, o * 4, N);
     // cold LRU list: all cold slots, free
-    for (let s = plan.hotSlots; s < S; s++) this.pushHead(s);
+    for (let s = plan.hotSlots; s < S; s++) this.lru.pushHead(s);
     this.hotLimit = new Int32Array(nLayer);
     for (let l = 0; l < nLayer; l++) {
       this.hotLimit[l] = plan.ffnResident >= 1 ? nFF : F > 0 ? Math.min(nFF, Math.ceil(pack.layers[l]!.hotCount / this.C) * this.C) : 0;
@@ -266,7 +263,7 @@ export class NeuronCache {
           s = this.takeColdSlot(g);
           this.state[g] = GATE;
           this.queueRead(layer, this.bundleOffset(layer, p), this.pack.gateBlock, [[s * this.slotBytes, 0, this.pack.gateBytes]]);
-        } else this.touch(s);
+        } else this.lru.touch(s);
       }
       st.gateAccesses++;
       if (hit) st.gateHits++;
@@ -312,10 +309,7 @@ export class NeuronCache {
     for (let k = 0; k < count; k++) {
       const g = base + positions[k]!;
       const s = this.slotOf[g]!;
-      if (s >= this.plan.hotSlots && this.state[g] === GATE && this.tail !== s) {
-        this.unlink(s);
-        this.pushTail(s);
-      }
+      if (s >= this.plan.hotSlots && this.state[g] === GATE) this.lru.demote(s);
     }
   }
 
@@ -473,8 +467,7 @@ export class NeuronCache {
       const s = this.slotOf[cl * this.C + i]!;
       if (s >= 0) {
         this.owner[s] = -1;
-        this.unlink(s);
-        this.pushTail(s);
+        this.lru.demote(s);
       }
     }
     const B = this.pack.bundleBytes;
@@ -492,7 +485,7 @@ export class NeuronCache {
   }
 
   private takeColdSlot(g: number): number {
-    const s = this.tail;
+    const s = this.lru.tail;
     if (s < 0) throw new Error("neuron cache: cold region is empty (internal accounting error)");
     const old = this.owner[s]!;
     if (old >= 0) {
@@ -501,39 +494,8 @@ export class NeuronCache {
     }
     this.owner[s] = g;
     this.slotOf[g] = s;
-    this.touch(s);
+    this.lru.touch(s);
     return s;
-  }
-
-  private unlink(s: number) {
-    const p = this.prev[s]!;
-    const nx = this.next[s]!;
-    if (p >= 0) this.next[p] = nx;
-    else this.head = nx;
-    if (nx >= 0) this.prev[nx] = p;
-    else this.tail = p;
-  }
-
-  private pushHead(s: number) {
-    this.prev[s] = -1;
-    this.next[s] = this.head;
-    if (this.head >= 0) this.prev[this.head] = s;
-    this.head = s;
-    if (this.tail < 0) this.tail = s;
-  }
-
-  private pushTail(s: number) {
-    this.next[s] = -1;
-    this.prev[s] = this.tail;
-    if (this.tail >= 0) this.next[this.tail] = s;
-    this.tail = s;
-    if (this.head < 0) this.head = s;
-  }
-
-  private touch(s: number) {
-    if (this.head === s) return;
-    this.unlink(s);
-    this.pushHead(s);
   }
 
   /** Queue one read of `len` bytes at fileOff into staging, then copies [arenaOff, offsetInRead, len]. */
