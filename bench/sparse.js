@@ -1,8 +1,11 @@
 #!/usr/bin/env node
 // Sparse decode under a memory budget (`npm run bench`, second part): a llama2-7b-shaped
 // synthetic ReGLU model (Q4_0, planted sparsity ~10% active, predictable gates) with half of its
-// FFN offloaded to storage, against llama.cpp (node-llama-cpp) under a memory cgroup of the
-// same size and in memory — each engine in its own child process, one after the other.
+// FFN offloaded to storage. neuronpipe's modes on the same pack — pipeline (the actor pipeline,
+// traced: latency percentiles, I/O hidden under compute, orchestration share, a timeline SVG in
+// docs/img/), blocking (LLMFlash), sync (issue 4) and mmap (llama.cpp-style, in a memory cgroup)
+// — against llama.cpp (node-llama-cpp) under a memory cgroup of the same size and in memory,
+// each in its own child process, one after the other.
 //
 //   node bench/sparse.js                 # build (once, cached in bench/.models) and run
 //   options: --ffn F (0.5: share of FFN neurons the cache holds) --decode N (32) --threads N (2)
