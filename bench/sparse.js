@@ -69,18 +69,19 @@ async function prepare(dir) {
   mkdirSync(dir, { recursive: true });
   const model = join(dir, "llama2-7b-sparse-q4_0-seed1.gguf");
   const profile = `${model}.profile.gguf`;
-  const predictor = `${model}.predictor.gguf`;
-  const pack = join(dir, "llama2-7b-sparse-q4_0-seed1.pack.gguf");
+  const predictor = `${model}.predictor-14k.gguf`;
+  const pack = join(dir, "llama2-7b-sparse-q4_0-seed1-p14k.pack.gguf");
   if (!existsSync(model))
     run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", "--seed", "1", "--out", model], "synth");
   // A random-weight model writes random tokens, so its activations are profiled and its
   // predictors trained on text of uniformly random tokens (seeded) — the distribution it decodes.
-  const corpus = join(dir, "random-tokens-llama2-seed1.txt");
-  if (!existsSync(corpus)) writeFileSync(corpus, await randomTokenTextAsync(model, 4000));
+  const corpus = join(dir, "random-tokens-llama2-seed1-16k.txt");
+  if (!existsSync(corpus)) writeFileSync(corpus, await randomTokenTextAsync(model, 16000));
   if (!existsSync(profile)) run([cli, "profile", "--model", model, "--corpus", corpus, "--max-tokens", "1024", "--ctx", "256", "--threads", String(threads)], "profile");
   if (!existsSync(predictor))
     run(
-      [cli, "train-predictor", "--model", model, "--corpus", corpus, "--max-tokens", "3000", "--epochs", "8", "--max-hidden", "128", "--calibration", "0.15", "--target-recall", "0.99", "--threads", String(threads)],
+      // 14,000 tokens (≈9,500 fitted): a 4096-wide input needs more samples than dimensions to generalise
+      [cli, "train-predictor", "--model", model, "--corpus", corpus, "--max-tokens", "14000", "--epochs", "3", "--max-hidden", "128", "--calibration", "0.15", "--target-recall", "0.99", "--out", predictor, "--threads", String(threads)],
       "train-predictor",
     );
   if (!existsSync(pack)) run([cli, "pack", "--model", model, "--profile", profile, "--predictor", predictor, "--out", pack], "pack");

@@ -95,6 +95,16 @@ describe("modes on one pack, 50% of the FFN offloaded", () => {
     }
   }, 120_000);
 
+  it("oracle predictor, whole FFN resident (one cluster per layer): pipeline decodes the dense engine's 64 tokens", async () => {
+    const m = await loadSparseModel(packPath, { memory: budget(1, false), predictor: "oracle", engine: "pipeline", contextSize: ctx });
+    try {
+      expect(m.sparse!.pipeline!.knobs.clusterNeurons).toBe(1024);
+      expect((await generate(m, 64)).ids).toEqual(dense);
+    } finally {
+      await closeModel(m);
+    }
+  }, 120_000);
+
   it("trained predictor: pipeline and blocking decode the same 64 tokens, and the dense engine's", async () => {
     const got: number[][] = [];
     for (const engine of ["pipeline", "blocking"] as const) {
