@@ -48,7 +48,7 @@ export interface PipelineOptions {
   affinity?: boolean;
   bigCores?: number[];
   littleCores?: number[];
-  /** Read batches handed to the I/O worker at once (default 2). */
+  /** Read batches handed to the I/O worker at once (default: every staging chunk). */
   ioInFlight?: number;
 }
 
