@@ -14,7 +14,7 @@ import { GGMLType, native } from "./native.js";
 import { createKVCache, createRunState, forward, type ForwardOptions, type KVCache, type RunState } from "./model/forward.js";
 import type { Model } from "./model/model.js";
 import { Sampler, type SamplingOptions } from "./sampling.js";
-import { TraceRecorder } from "./pipeline/trace.js";
+import { inspectInto, TraceRecorder } from "./pipeline/trace.js";
 
 export interface SessionOptions {
   /** Context length in tokens (default: min(model's training context, 2048)). */
@@ -180,14 +180,12 @@ export class Session extends EventEmitter<SessionEvents> {
           : opts.trace
         : undefined;
     if (pipeline) pipeline.trace = trace;
+    const record = trace ? inspectInto(trace, "session") : undefined;
     const inspect =
-      trace || opts.inspect
+      record || opts.inspect
         ? (ev: InspectionEvent) => {
             opts.inspect?.(ev);
-            if (trace && ev.type === "@xstate.event") trace.actor({ type: ev.type, actor: "session", event: ev.event.type });
-            else if (trace && ev.type === "@xstate.snapshot" && ev.actorRef.sessionId === ev.rootId) {
-              trace.actor({ type: ev.type, actor: "session", state: (ev.snapshot as { value?: unknown }).value });
-            }
+            record?.(ev);
           }
         : undefined;
 

@@ -57,7 +57,7 @@ export default function compute(task: ComputeTask): ComputeResult {
   if (!s || s.init.key !== task.key) throw new Error(`compute worker: not initialised for session ${task.key} (task ${task.op})`);
   const out: ComputeResult = { t0, t1: 0, tid };
   const n = native();
-  const { cfg, rs, kv, ffn } = s.init;
+  const { cfg, rs, kv } = s.init;
   switch (task.op) {
     case "attention":
       if (task.tokens) {
@@ -98,7 +98,6 @@ export default function compute(task: ComputeTask): ComputeResult {
     default:
       throw new Error(`compute worker: unknown task ${(task as { op: string }).op}`);
   }
-  void ffn;
   out.t1 = nowUs();
   return out;
 }

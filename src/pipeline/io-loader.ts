@@ -25,7 +25,6 @@ export interface IoLoaderOptions {
   chunks: number; // chunks in the staging buffer
   inFlight?: number; // batches handed to the worker at once (default 2)
   cores?: number[]; // the little core(s) the worker is pinned to
-  trace?: TraceRecorder;
   device: string; // for messages and traces
 }
 
@@ -38,6 +37,7 @@ export class IoLoader {
   /** Batches that did not complete (the cache must forget what they were to bring). */
   readonly failed = new Set<number>();
   token = -1; // decode step, for trace records
+  trace?: TraceRecorder;
   bytes = 0;
   reads = 0;
 
@@ -112,7 +112,7 @@ export class IoLoader {
         this.freeChunks.push(chunk);
         this.bytes += batch.bytes;
         this.reads += batch.reads;
-        this.o.trace?.span({ lane: "io", name: "read", t0: r.t0, t1: r.t1, token: this.token, layer: batch.layer, bytes: batch.bytes, reads: batch.reads, phase: batch.phase });
+        this.trace?.span({ lane: "io", name: "read", t0: r.t0, t1: r.t1, token: this.token, layer: batch.layer, bytes: batch.bytes, reads: batch.reads, phase: batch.phase });
         q.resolve();
         this.dispatch();
       },

@@ -16,7 +16,7 @@
 //   tasks in posting order, and downs are posted in cluster order: the sum is the same as the
 //   synchronous engine's, bit for bit.
 // blocking mode (LLMFlash): P = predictor(x); read every missing bundle; then compute.
-import { createActor, fromPromise, toPromise, type InspectionEvent } from "xstate";
+import { createActor, fromPromise, toPromise } from "xstate";
 import { existsSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { dirname, join } from "node:path";
@@ -31,7 +31,7 @@ import type { SparseRuntime } from "../sparse/sparse-model.js";
 import { ComputeActor } from "./compute-actor.js";
 import { bundleLayoutOf } from "./dense-bundles.js";
 import { IoLoader } from "./io-loader.js";
-import { nowUs, type TraceRecorder } from "./trace.js";
+import { inspectInto, nowUs, type TraceRecorder } from "./trace.js";
 import { WindowCache } from "./window-cache.js";
 
 export type PipelineMode = "pipeline" | "blocking";
@@ -169,21 +169,21 @@ export class PipelineRuntime {
     return this.window?.stats ?? this.sp.cache.stats;
   }
 
-  /** Bytes and reads issued by the I/O actor since load. */
-  get ioTotals(): { bytes: number; reads: number } {
-    return { bytes: this.io.bytes, reads: this.io.reads };
+  /** Zero the window cache's statistics (the neuron cache's are the sparse runtime's). */
+  resetStats(): void {
+    this.window?.resetStats();
   }
 
   set trace(t: TraceRecorder | undefined) {
     this.traceRec = t;
     this.compute.trace = t;
-    (this.io as unknown as { o: { trace?: TraceRecorder } }).o.trace = t;
+    this.io.trace = t;
   }
   get trace(): TraceRecorder | undefined {
     return this.traceRec;
   }
 
-  /** The OS thread ids of the workers (trace header), once they have run a task. */
+  /** Every knob, one line (printed at load). */
   describe(): string {
     const k = this.knobs;
     return `pipeline: mode ${k.mode}, clusters of ${k.clusterNeurons} pack positions, prefetch ${k.prefetchClusters} hot clusters of the next layer${k.mode === "blocking" ? `, window cache of ${k.window} tokens` : ""}, staging ${k.stagingChunks} × ${(k.stagingChunkBytes / 1024).toFixed(0)} KiB, ${k.ioInFlight} read batches in flight, compute worker ${k.bigCores ? `on core ${k.bigCores.join(",")}` : "unpinned"} with ${k.threads} kernel threads, I/O worker ${k.littleCores ? `on core ${k.littleCores.join(",")}` : "unpinned"}`;
@@ -262,13 +262,7 @@ export class PipelineRuntime {
           },
         },
       });
-      const inspect = trace
-        ? (ev: InspectionEvent) => {
-            const id = (a?: { sessionId: string }) => (a as { id?: string } | undefined)?.id ?? a?.sessionId;
-            if (ev.type === "@xstate.event") trace.actor({ type: ev.type, actor: id(ev.actorRef)!, event: ev.event.type, source: id(ev.sourceRef) });
-            else if (ev.type === "@xstate.snapshot" && ev.actorRef.sessionId === ev.rootId) trace.actor({ type: ev.type, actor: id(ev.actorRef)!, state: (ev.snapshot as { value?: unknown }).value });
-          }
-        : undefined;
+      const inspect = trace ? inspectInto(trace) : undefined;
       const actor = createActor(machine, { input: { nLayer: this.sp.pack.config.nLayer, pos, step }, inspect, id: `token-${step}` });
       actor.start();
       const out = await toPromise(actor);
@@ -453,7 +447,7 @@ export class PipelineRuntime {
       const end = wc.load(layer, P, i, nP, slots.subarray(i));
       if (end === i) throw new Error(`blocking: the window cache cannot hold one neuron of layer ${layer}`);
       const batches = wc.takeBatches();
-      for (const b of batches) this.io.submit(b, this.sp.cache.arena).catch(() => {});
+      this.submit(batches, this.sp.cache.arena);
       await this.io.wait(batches.map((b) => b.id));
       const ffn = this.compute.run({ op: "ffn", layer, start: i, count: end - i }, { lane: "compute", name: "ffn", layer, neurons: end - i });
       i = end;

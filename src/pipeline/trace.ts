@@ -3,6 +3,7 @@
 // monotonic clock (process.hrtime), so spans recorded on worker threads line up with the
 // scheduler's.
 import { closeSync, openSync, writeSync } from "node:fs";
+import type { InspectionEvent } from "xstate";
 
 /** Threads a span can run on; each is one lane in the exported timeline. */
 export type Lane = "scheduler" | "predictor" | "compute" | "io" | "prefill";
@@ -67,6 +68,20 @@ export interface TraceHeader {
 }
 
 export type TraceRecord = TraceHeader | SpanRecord | TokenRecord | ActorRecord;
+
+/**
+ * An XState `inspect` callback that records events and the root actor's snapshots. `actor`
+ * names the machine in the records (default: the actor's id).
+ */
+export function inspectInto(trace: TraceRecorder, actor?: string): (ev: InspectionEvent) => void {
+  const id = (a?: { sessionId: string }) => (a as { id?: string } | undefined)?.id ?? a?.sessionId;
+  return (ev) => {
+    if (ev.type === "@xstate.event") trace.actor({ type: ev.type, actor: actor ?? id(ev.actorRef)!, event: ev.event.type, source: id(ev.sourceRef) });
+    else if (ev.type === "@xstate.snapshot" && ev.actorRef.sessionId === ev.rootId) {
+      trace.actor({ type: ev.type, actor: actor ?? id(ev.actorRef)!, state: (ev.snapshot as { value?: unknown }).value });
+    }
+  };
+}
 
 /** Microseconds on the process-wide monotonic clock (same on every worker thread). */
 export function nowUs(): number {

@@ -165,12 +165,7 @@ export class NeuronCache {
     const F = this.plan.hotFrames;
     const cand: { l: number; q: number; w: number }[] = [];
     for (let l = 0; l < nLayer; l++) {
-      const counts = this.pack.layers[l]!.counts;
-      for (let q = 0; q * this.C < this.hotLimit[l]!; q++) {
-        let w = 0;
-        for (let i = q * this.C; i < (q + 1) * this.C; i++) w += counts[i]!;
-        cand.push({ l, q, w });
-      }
+      for (let q = 0; q * this.C < this.hotLimit[l]!; q++) cand.push({ l, q, w: this.clusterFirings(l, q) });
     }
     cand.sort((a, b) => b.w - a.w || a.l - b.l || a.q - b.q);
     const take = cand.slice(0, F);
@@ -349,11 +344,9 @@ export class NeuronCache {
    */
   prefetchHot(layer: number, maxClusters: number): number {
     if (this.plan.hotFrames === 0 || maxClusters <= 0) return 0;
-    this.hotOrder ??= this.pack.layers.map((pl, l) => {
-      const n = Math.ceil(this.hotLimit[l]! / this.C);
-      const w = new Float64Array(n);
-      for (let q = 0; q < n; q++) for (let i = q * this.C; i < Math.min((q + 1) * this.C, this.nFF); i++) w[q]! += pl.counts[i]!;
-      return Int32Array.from({ length: n }, (_, q) => q).sort((a, b) => w[b]! - w[a]! || a - b);
+    this.hotOrder ??= this.pack.layers.map((_, l) => {
+      const w = Array.from({ length: Math.ceil(this.hotLimit[l]! / this.C) }, (_, q) => this.clusterFirings(l, q));
+      return Int32Array.from(w.keys()).sort((a, b) => w[b]! - w[a]! || a - b);
     });
     const base = (layer * this.nFF) / this.C;
     this.batchPhase = "prefetch";
@@ -379,21 +372,8 @@ export class NeuronCache {
     for (let s = 0; s < S; s++) {
       const b = this.slotBatch[s]!;
       if (b === 0 || !failed(b)) continue;
-      if (s < this.plan.hotSlots) {
-        const f = Math.floor(s / this.C);
-        const cl = this.frameOwner[f]!;
-        if (cl < 0) continue;
-        this.frameOf[cl] = -1;
-        this.frameOwner[f] = -1;
-        for (let i = 0; i < this.C; i++) {
-          this.slotOf[cl * this.C + i] = -1;
-          this.state[cl * this.C + i] = NONE;
-        }
-      } else if (this.owner[s]! >= 0) {
-        this.slotOf[this.owner[s]!] = -1;
-        this.state[this.owner[s]!] = NONE;
-        this.owner[s] = -1;
-      }
+      if (s < this.plan.hotSlots) this.dropFrame(Math.floor(s / this.C));
+      else this.dropCold(s);
     }
   }
 
@@ -435,6 +415,35 @@ export class NeuronCache {
     ];
   }
 
+  /** Profiled firings of hot cluster q of a layer (preload and prefetch order). */
+  private clusterFirings(layer: number, q: number): number {
+    const counts = this.pack.layers[layer]!.counts;
+    let w = 0;
+    for (let i = q * this.C; i < Math.min((q + 1) * this.C, this.nFF); i++) w += counts[i]!;
+    return w;
+  }
+
+  /** Empty hot frame f: its cluster's neurons are no longer resident. */
+  private dropFrame(f: number): void {
+    const cl = this.frameOwner[f]!;
+    if (cl < 0) return;
+    this.frameOf[cl] = -1;
+    this.frameOwner[f] = -1;
+    for (let i = 0; i < this.C; i++) {
+      this.slotOf[cl * this.C + i] = -1;
+      this.state[cl * this.C + i] = NONE;
+    }
+  }
+
+  /** Empty cold slot s (it stays where it is in the LRU order). */
+  private dropCold(s: number): void {
+    const old = this.owner[s]!;
+    if (old < 0) return;
+    this.slotOf[old] = -1;
+    this.state[old] = NONE;
+    this.owner[s] = -1;
+  }
+
   /** Put a whole cluster (gate, up, down of C neurons) into a hot frame; returns the frame. */
   private loadCluster(layer: number, q: number): number {
     const cl = (layer * this.nFF) / this.C + q;
@@ -452,14 +461,7 @@ export class NeuronCache {
       }
     }
     if (f < 0) throw new Error("neuron cache: no hot frame free (internal accounting error)");
-    const old = this.frameOwner[f]!;
-    if (old >= 0) {
-      this.frameOf[old] = -1;
-      for (let i = 0; i < this.C; i++) {
-        this.slotOf[old * this.C + i] = -1;
-        this.state[old * this.C + i] = NONE;
-      }
-    }
+    this.dropFrame(f);
     this.frameOwner[f] = cl;
     this.frameOf[cl] = f;
     // neurons of this cluster read earlier through the cold path give their cold slots back
@@ -487,11 +489,7 @@ export class NeuronCache {
   private takeColdSlot(g: number): number {
     const s = this.lru.tail;
     if (s < 0) throw new Error("neuron cache: cold region is empty (internal accounting error)");
-    const old = this.owner[s]!;
-    if (old >= 0) {
-      this.slotOf[old] = -1;
-      this.state[old] = NONE;
-    }
+    this.dropCold(s);
     this.owner[s] = g;
     this.slotOf[g] = s;
     this.lru.touch(s);

@@ -131,7 +131,7 @@ export class SparseRuntime {
   resetStats(): void {
     this.cache.resetStats();
     this.engine.resetStats();
-    if (this.pipeline?.mode === "blocking") for (const s of this.pipeline.cacheStats) Object.assign(s, { gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 });
+    this.pipeline?.resetStats();
   }
 
   describe(): string {
@@ -155,6 +155,10 @@ export async function loadSparseModel(path: string, opts: SparseLoadOptions): Pr
   const cfg = pack.config;
   const budget = typeof opts.memory === "number" ? opts.memory : parseBytes(opts.memory);
   const mode = opts.predictor ?? "trained";
+  const engineKind = opts.engine ?? "sync";
+  if (engineKind !== "sync" && engineKind !== "pipeline" && engineKind !== "blocking") {
+    throw new RangeError(`engine must be "sync", "pipeline" or "blocking", got ${String(engineKind)}`);
+  }
   if (mode !== "trained" && mode !== "oracle") throw new RangeError(`predictor must be "trained" or "oracle", got ${String(mode)}`);
   if (mode === "trained" && !pack.predictor) {
     throw new Error(
@@ -163,7 +167,7 @@ export async function loadSparseModel(path: string, opts: SparseLoadOptions): Pr
   }
   // the actor pipeline keeps several read batches in flight: a larger staging buffer (1% of the
   // budget, 256..2048 neurons) lets each batch fill the loader's queue
-  const pipelined = opts.engine === "pipeline" || opts.engine === "blocking";
+  const pipelined = engineKind !== "sync";
   const stagingNeurons = opts.stagingNeurons ?? (pipelined ? Math.min(2048, Math.max(256, Math.floor((0.01 * budget) / pack.bundleBytes))) : undefined);
   const plan = planMemory(pack, budget, planOptions(cfg, { ...opts, stagingNeurons, predictor: mode === "trained" })); // throws with the numbers when it cannot fit
 
@@ -198,10 +202,6 @@ export async function loadSparseModel(path: string, opts: SparseLoadOptions): Pr
     owned.push(...weights.buffers.slice(1));
     cache = new NeuronCache(pack, plan, { id: loaderId, backend: info.backend, directIO: info.directIO });
     engine = new SparseFfnEngine(pack, cache, mode);
-    const engineKind = opts.engine ?? "sync";
-    if (engineKind !== "sync" && engineKind !== "pipeline" && engineKind !== "blocking") {
-      throw new RangeError(`engine must be "sync", "pipeline" or "blocking", got ${String(engineKind)}`);
-    }
     if (engineKind !== "blocking") cache.preload(opts.onProgress); // LLMFlash's window cache starts empty
     weights.sparseFfn = engine;
     const runtime = new SparseRuntime(pack, plan, cache, engine, owned, loaderId, {
