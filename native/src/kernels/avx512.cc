@@ -454,64 +454,73 @@ inline __m512 dequantQ8Half(const BlockQ8_0* blk, int hi, __m512 d) {
   return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
 }
 
+// 16 weights of one row at column c (c a multiple of 16; m < 16 only at the end of a float row).
+template <int TYPE>
+inline __m512 w16(const uint8_t* row, int64_t c, __mmask16 m) {
+  if constexpr (TYPE == T_Q4_0) {
+    const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + c / QK;
+    return dequantQ4Half(blk, (int)((c / 16) & 1), _mm512_set1_ps(fp16ToF32(blk->d)));
+  } else if constexpr (TYPE == T_Q8_0) {
+    const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + c / QK;
+    return dequantQ8Half(blk, (int)((c / 16) & 1), _mm512_set1_ps(fp16ToF32(blk->d)));
+  } else {
+    return m == 0xFFFF ? loadW<TYPE == T_F16>(row, c) : loadWMask<TYPE == T_F16>(row, c, m);
+  }
+}
+
+// Rows are scattered (cache slots), so they are streamed: G rows at a time run over the
+// columns [c0, c1) while `out` stays in L1, and the next G rows are prefetched meanwhile. Each
+// out[c] still takes fma(coef_k, w_kc, ·) for k ascending — the same sum, bit for bit, as any
+// other tiling.
+template <int TYPE, int G>
+inline void axpyGroup(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext, size_t lo,
+                      size_t hi, int64_t c0, int64_t c1, float* out) {
+  __m512 a[G];
+  for (int j = 0; j < G; j++) a[j] = _mm512_set1_ps(coef[j]);
+  for (int j = 0; j < nNext; j++) {
+    for (size_t o = lo; o < hi; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next[j] + o), _MM_HINT_T0);
+  }
+  for (int64_t c = c0; c < c1; c += 16) {
+    const __mmask16 m = tailMask16(std::min<int64_t>(16, c1 - c));
+    __m512 acc = _mm512_maskz_loadu_ps(m, out + c);
+    for (int j = 0; j < G; j++) acc = _mm512_fmadd_ps(a[j], w16<TYPE>(r[j], c, m), acc);
+    _mm512_mask_storeu_ps(out + c, m, acc);
+  }
+}
+
+template <int TYPE>
+void axpyRowsT(const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t nIdx, const float* coef, int64_t c0,
+               int64_t c1, float* out) {
+  constexpr int G = 4;
+  // bytes of a row that hold columns [c0, c1)
+  const size_t lo = TYPE == T_Q4_0 ? (size_t)(c0 / QK) * sizeof(BlockQ4_0)
+                    : TYPE == T_Q8_0 ? (size_t)(c0 / QK) * sizeof(BlockQ8_0)
+                                     : (size_t)c0 * (TYPE == T_F16 ? 2 : 4);
+  const size_t hi = TYPE == T_Q4_0 ? (size_t)((c1 + QK - 1) / QK) * sizeof(BlockQ4_0)
+                    : TYPE == T_Q8_0 ? (size_t)((c1 + QK - 1) / QK) * sizeof(BlockQ8_0)
+                                     : (size_t)c1 * (TYPE == T_F16 ? 2 : 4);
+  const uint8_t* rows[2 * G];
+  auto rowAt = [&](int64_t k) { return W + (size_t)idx[k] * rowBytes; };
+  int64_t k = 0;
+  for (; k + G <= nIdx; k += G) {
+    int nNext = 0;
+    for (int j = 0; j < G; j++) rows[j] = rowAt(k + j);
+    for (int64_t q = k + G; q < std::min(nIdx, k + 2 * G); q++) rows[G + nNext++] = rowAt(q);
+    axpyGroup<TYPE, G>(rows, coef + k, rows + G, nNext, lo, hi, c0, c1, out);
+  }
+  for (; k < nIdx; k++) {
+    rows[0] = rowAt(k);
+    axpyGroup<TYPE, 1>(rows, coef + k, rows, 0, lo, hi, c0, c1, out);
+  }
+}
+
 void axpyRows(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t nIdx, const float* coef,
               int64_t c0, int64_t c1, float* out) {
-  // Column tiles of 256 floats stay in registers while k runs over all rows.
-  constexpr int64_t kTile = 256;
-  for (int64_t cs = c0; cs < c1; cs += kTile) {
-    const int64_t ce = std::min(c1, cs + kTile);
-    const int64_t n = ce - cs;
-    const int nv = (int)((n + 15) / 16);
-    __m512 acc[kTile / 16];
-    for (int v = 0; v < nv; v++) {
-      const int64_t m = std::min<int64_t>(16, n - 16 * v);
-      acc[v] = _mm512_maskz_loadu_ps(tailMask16(m), out + cs + 16 * v);
-    }
-    for (int64_t k = 0; k < nIdx; k++) {
-      const __m512 a = _mm512_set1_ps(coef[k]);
-      const uint8_t* row = W + (size_t)idx[k] * rowBytes;
-      switch (type) {
-        case T_Q4_0: {
-          const BlockQ4_0* b = reinterpret_cast<const BlockQ4_0*>(row) + cs / QK;
-          for (int v = 0; v < nv; v++) {
-            const BlockQ4_0* blk = b + v / 2;
-            const __m512 d = _mm512_set1_ps(fp16ToF32(blk->d));
-            acc[v] = _mm512_fmadd_ps(a, dequantQ4Half(blk, v & 1, d), acc[v]);
-          }
-          break;
-        }
-        case T_Q8_0: {
-          const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + cs / QK;
-          for (int v = 0; v < nv; v++) {
-            const BlockQ8_0* blk = b + v / 2;
-            const __m512 d = _mm512_set1_ps(fp16ToF32(blk->d));
-            acc[v] = _mm512_fmadd_ps(a, dequantQ8Half(blk, v & 1, d), acc[v]);
-          }
-          break;
-        }
-        case T_F16: {
-          for (int v = 0; v < nv; v++) {
-            const int64_t m = std::min<int64_t>(16, n - 16 * v);
-            const __m512 w = m == 16 ? loadW<true>(row, cs + 16 * v) : loadWMask<true>(row, cs + 16 * v, tailMask16(m));
-            acc[v] = _mm512_fmadd_ps(a, w, acc[v]);
-          }
-          break;
-        }
-        default: {
-          for (int v = 0; v < nv; v++) {
-            const int64_t m = std::min<int64_t>(16, n - 16 * v);
-            const __m512 w =
-                m == 16 ? loadW<false>(row, cs + 16 * v) : loadWMask<false>(row, cs + 16 * v, tailMask16(m));
-            acc[v] = _mm512_fmadd_ps(a, w, acc[v]);
-          }
-          break;
-        }
-      }
-    }
-    for (int v = 0; v < nv; v++) {
-      const int64_t m = std::min<int64_t>(16, n - 16 * v);
-      _mm512_mask_storeu_ps(out + cs + 16 * v, tailMask16(m), acc[v]);
-    }
+  switch (type) {
+    case T_Q4_0: return axpyRowsT<T_Q4_0>(W, rowBytes, idx, nIdx, coef, c0, c1, out);
+    case T_Q8_0: return axpyRowsT<T_Q8_0>(W, rowBytes, idx, nIdx, coef, c0, c1, out);
+    case T_F16: return axpyRowsT<T_F16>(W, rowBytes, idx, nIdx, coef, c0, c1, out);
+    default: return axpyRowsT<T_F32>(W, rowBytes, idx, nIdx, coef, c0, c1, out);
   }
 }
 
