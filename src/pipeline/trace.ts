@@ -15,7 +15,7 @@ export type SpanName =
   | "gate" // gate rows of one cluster (phase 1 compute)
   | "up" // up rows + activation of one cluster's fired neurons (phase 2)
   | "down" // down columns of one cluster accumulated into the layer output, in cluster order
-  | "ffn" // a whole layer's FFN at once (blocking mode)
+  | "ffn" // gate, up and down at once: a resident cluster (pipeline mode) or a layer's loaded neurons (blocking mode)
   | "logits" // final norm + classifier
   | "prefill" // dense batched prompt evaluation
   | "read" // one I/O batch: reads into staging + copies into cache slots
@@ -96,6 +96,8 @@ export class TraceRecorder {
   readonly records: TraceRecord[] = [];
   readonly origin = nowUs();
   private fd?: number;
+  private pending: string[] = []; // lines not yet written: one write per ~256 KiB, not per record
+  private pendingChars = 0;
 
   constructor(
     header: Omit<TraceHeader, "kind" | "version" | "startedAt">,
@@ -120,10 +122,23 @@ export class TraceRecorder {
 
   private push(r: TraceRecord): void {
     this.records.push(r);
-    if (this.fd !== undefined) writeSync(this.fd, JSON.stringify(r) + "\n");
+    if (this.fd === undefined) return;
+    const line = JSON.stringify(r);
+    this.pending.push(line);
+    this.pendingChars += line.length + 1;
+    if (this.pendingChars >= 1 << 18) this.flush();
+  }
+
+  /** Write the buffered lines (close does; a reader of a live trace may call it). */
+  flush(): void {
+    if (this.fd === undefined || this.pending.length === 0) return;
+    writeSync(this.fd, this.pending.join("\n") + "\n");
+    this.pending = [];
+    this.pendingChars = 0;
   }
 
   close(): void {
+    this.flush();
     if (this.fd !== undefined) closeSync(this.fd);
     this.fd = undefined;
   }
