@@ -71,6 +71,7 @@ const packOptions = {
   "queue-depth": { type: "string" },
   "sparse-stats": { type: "boolean" },
   mode: { type: "string" },
+  "pin-gates": { type: "string" },
   trace: { type: "string" },
 } as const;
 const packHelp = {
@@ -81,6 +82,8 @@ const packHelp = {
   "sparse-stats": "neuron pack only: print per-layer hit rate and bytes read per token",
   mode:
     "neuron pack only: pipeline (actor pipeline, reads overlap compute; default for generate), blocking (LLMFlash: window cache, all reads before compute), sync (sparse FFN inline on one thread; default for eval) or mmap (dense over a memory-mapped file, as llama.cpp)",
+  "pin-gates":
+    "neuron pack only: auto (default: keep every gate row resident when they take ≤ 75% of the neuron cache), on or off; with pinned gate rows a predicted neuron costs a read only if it fires",
   trace: "neuron pack, pipeline/blocking only: record actor events and I/O/kernel intervals as JSON lines to this file (`neuronpipe trace export|plot|stats`)",
 };
 
@@ -99,13 +102,17 @@ async function loadAnyModel(path: string, v: Record<string, string | boolean | u
   const mode = (v.mode as string | undefined) ?? o.defaultMode ?? "sync";
   if (mode !== "pipeline" && mode !== "blocking" && mode !== "sync" && mode !== "mmap") throw new UsageError(`--mode must be pipeline, blocking, sync or mmap, got "${mode}"`);
   if (v.trace !== undefined && mode !== "pipeline" && mode !== "blocking") throw new UsageError(`--trace records the actor pipeline: use it with --mode pipeline or blocking, not ${mode}`);
+  const pin = (v["pin-gates"] as string | undefined) ?? "auto";
+  if (pin !== "auto" && pin !== "on" && pin !== "off") throw new UsageError(`--pin-gates must be auto, on or off, got "${pin}"`);
+  if (pin === "on" && mode === "blocking") throw new UsageError("--pin-gates on does not apply to --mode blocking (LLMFlash caches whole bundles)");
   if (mode === "mmap") {
-    const extra = ["memory", "predictor", "io", "queue-depth"].filter((k) => v[k] !== undefined);
+    const extra = ["memory", "predictor", "io", "queue-depth", "pin-gates"].filter((k) => v[k] !== undefined);
     if (extra.length) throw new UsageError(`--${extra[0]} does not apply to --mode mmap (dense over a mapping; limit its memory with a cgroup)`);
     return loadMappedPack(path, o);
   }
   return loadSparseModel(path, {
     engine: mode,
+    pinGates: pin === "auto" ? "auto" : pin === "on",
     memory: (v.memory as string | undefined) ?? Number.MAX_SAFE_INTEGER,
     predictor,
     io: { backend, queueDepth },

@@ -26,6 +26,15 @@ export interface PlanOptions {
   stagingNeurons: number;
   /** Predictors held in memory (false: the oracle computes every gate and needs none). */
   predictor: boolean;
+  /**
+   * Keep the gate row of every neuron resident and cache only up+down rows ("auto": when the
+   * gate rows take at most `pinGatesShare` of the neuron cache). A predicted neuron then costs
+   * no read unless it fires: with a predictor that flags ~4× the neurons that fire, most reads
+   * were gate rows of neurons that stayed silent (7B, 50% offloaded: 1,165 of 1,225 reads per
+   * layer and token).
+   */
+  pinGates: boolean | "auto";
+  pinGatesShare: number;
 }
 
 /** Plan options with loadSparseModel's defaults for what is not given. */
@@ -38,6 +47,8 @@ export function planOptions(cfg: ModelConfig, o: Partial<PlanOptions> = {}): Pla
     clusterAdmit: o.clusterAdmit ?? 0.5,
     stagingNeurons: o.stagingNeurons ?? 256,
     predictor: o.predictor ?? true,
+    pinGates: o.pinGates ?? "auto",
+    pinGatesShare: o.pinGatesShare ?? 0.75,
   };
 }
 
@@ -48,8 +59,12 @@ export interface MemoryPlan {
   fixedTotal: number;
   /** Usable bytes of the I/O staging buffer: whole bundles, at least one hot cluster. */
   stagingBytes: number;
-  /** Bytes of one cached neuron: gate row + up row + down column, 64-byte rounded. */
+  /** Bytes of one cache slot, 64-byte rounded: gate row + up row + down column, or up + down with pinned gates. */
   slotBytes: number;
+  /** Gate rows of all neurons resident (gateRegion bytes, rows of gateRowBytes); slots then hold up+down only. */
+  gatesPinned: boolean;
+  gateRowBytes: number;
+  gateRegion: number;
   /** Neuron cache: slots, of which hotSlots (= hotFrames × clusterSize) in the hot region. */
   slots: number;
   hotSlots: number;
@@ -57,7 +72,7 @@ export interface MemoryPlan {
   coldSlots: number;
   clusterSize: number;
   totalNeurons: number;
-  /** Share of all FFN neurons the cache holds (1 = everything resident, no I/O). */
+  /** Share of the FFN's bytes the cache holds (1 = everything resident, no I/O). */
   ffnResident: number;
   options: PlanOptions;
 }
@@ -100,6 +115,11 @@ export function slotBytesOf(pack: Pack): number {
   return Math.ceil((pack.gateBytes + pack.upBytes + pack.downBytes) / 64) * 64;
 }
 
+/** A slot holding up row + down column only (gates pinned). */
+export function upDownSlotBytesOf(pack: Pack): number {
+  return Math.ceil((pack.upBytes + pack.downBytes) / 64) * 64;
+}
+
 export function predictorBytes(pack: Pack): number {
   if (!pack.predictor) return 0;
   let b = 0;
@@ -126,7 +146,6 @@ function tableBytes(pack: Pack, slots: number, hotFrames: number, clusterSize: n
 export function planMemory(pack: Pack, budget: number, opts: PlanOptions): MemoryPlan {
   const cfg = pack.config;
   const totalNeurons = cfg.nLayer * cfg.nFF;
-  const slotBytes = slotBytesOf(pack);
   const C = clusterSizeFor(cfg.nFF, opts.clusterSize);
   const stagingBytes = Math.max(opts.stagingNeurons, C) * pack.bundleBytes;
   const fixed = {
@@ -138,30 +157,47 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
     scratch: scratchBytes(cfg),
     cacheTables: 0,
   };
-  const minCache = (C + opts.stagingNeurons) * slotBytes;
   const fixedNoTables = Object.values(fixed).reduce((a, b) => a + b, 0);
+  const minSlots = C + opts.stagingNeurons;
+  // gate rows pinned or not: decided on the bytes left for the neuron cache
+  const fullSlot = slotBytesOf(pack);
+  const gateRowBytes = Math.ceil(pack.gateBytes / 64) * 64;
+  const gateAll = pageRound(totalNeurons * gateRowBytes);
+  const cacheBytes = budget - fixedNoTables - tableBytes(pack, 0, 0, C) - PAGE * 2;
+  const udSlot = upDownSlotBytesOf(pack);
+  const pinFits = cacheBytes - gateAll >= minSlots * udSlot + tableBytes(pack, minSlots, 1, C);
+  const wholeFits = fixedNoTables + tableBytes(pack, totalNeurons, totalNeurons / C, C) + pageRound(totalNeurons * fullSlot) <= budget;
+  if (opts.pinGates === true && !pinFits) {
+    throw new RangeError(
+      `memory budget ${formatBytes(budget)}: pinned gate rows (${totalNeurons} × ${gateRowBytes} B = ${formatBytes(gateAll)}) plus the smallest up+down cache (${minSlots} × ${udSlot} B) do not fit the ${formatBytes(Math.max(0, cacheBytes))} left for the neuron cache; raise the budget or let the plan decide (pinGates "auto")`,
+    );
+  }
+  const gatesPinned = opts.pinGates === true || (opts.pinGates === "auto" && pinFits && !wholeFits && gateAll <= opts.pinGatesShare * cacheBytes);
+  const gateRegion = gatesPinned ? gateAll : 0;
+  const slotBytes = gatesPinned ? udSlot : fullSlot;
+  const minCache = minSlots * slotBytes + gateRegion;
   // the arena is one allocation: page-rounded
   const arenaFor = (slots: number) => pageRound(slots * slotBytes);
-  let slots = Math.min(totalNeurons, Math.floor((budget - fixedNoTables - tableBytes(pack, 0, 0, C) - PAGE * 2) / slotBytes));
+  let slots = Math.min(totalNeurons, Math.floor((cacheBytes - gateRegion) / slotBytes));
   const refuse = () => {
     const parts = Object.entries(fixed)
       .filter(([, v]) => v > 0)
       .map(([k, v]) => `${LABELS[k as keyof typeof LABELS]} ${formatBytes(v)}`)
       .join(" + ");
-    const need = fixedNoTables + tableBytes(pack, C + opts.stagingNeurons, 1, C) + arenaFor(C + opts.stagingNeurons);
+    const need = fixedNoTables + tableBytes(pack, minSlots, 1, C) + arenaFor(minSlots) + gateRegion;
     return new RangeError(
       `memory budget ${formatBytes(budget)} (${budget} bytes) cannot hold this model: the fixed region needs ${parts} = ${formatBytes(fixedNoTables)}, ` +
-        `and the neuron cache at least ${C + opts.stagingNeurons} neurons × ${slotBytes} B = ${formatBytes(minCache)}; ` +
-        `the smallest workable budget is ${formatBytes(need)} (${need} bytes). The whole FFN is ${formatBytes(totalNeurons * slotBytes)}.`,
+        `and the neuron cache at least ${minSlots} neurons × ${slotBytes} B${gatesPinned ? ` + pinned gate rows ${formatBytes(gateRegion)}` : ""} = ${formatBytes(minCache)}; ` +
+        `the smallest workable budget is ${formatBytes(need)} (${need} bytes). The whole FFN is ${formatBytes(totalNeurons * fullSlot)}.`,
     );
   };
-  if (slots < C + opts.stagingNeurons && slots < totalNeurons) throw refuse();
-  // shrink until arena + tables fit exactly
+  if (slots < minSlots && slots < totalNeurons) throw refuse();
+  // shrink until gate rows + arena + tables fit exactly
   for (;;) {
-    const used = fixedNoTables + tableBytes(pack, slots, Math.floor(slots / C), C) + arenaFor(slots);
+    const used = fixedNoTables + tableBytes(pack, slots, Math.floor(slots / C), C) + arenaFor(slots) + gateRegion;
     if (used <= budget) break;
     slots -= Math.max(1, Math.ceil((used - budget) / slotBytes));
-    if (slots < C + opts.stagingNeurons && slots < totalNeurons) throw refuse();
+    if (slots < minSlots && slots < totalNeurons) throw refuse();
   }
   let hotFrames: number;
   if (slots >= totalNeurons) {
@@ -176,13 +212,19 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
   const hotSlots = hotFrames * C;
   fixed.cacheTables = tableBytes(pack, slots, hotFrames, C);
   const fixedTotal = Object.values(fixed).reduce((a, b) => a + b, 0);
-  const resident = slots / totalNeurons;
+  const bundle = pack.gateBytes + pack.upBytes + pack.downBytes;
+  const resident = gatesPinned
+    ? (totalNeurons * pack.gateBytes + slots * (pack.upBytes + pack.downBytes)) / (totalNeurons * bundle)
+    : slots / totalNeurons;
   return {
     budget,
     fixed,
     fixedTotal,
     stagingBytes,
     slotBytes,
+    gatesPinned,
+    gateRowBytes,
+    gateRegion,
     slots,
     hotSlots,
     hotFrames,
@@ -215,6 +257,8 @@ export function describePlan(p: MemoryPlan): string {
   const f = p.fixed;
   return [
     `${p.budget >= 2 ** 52 ? "no memory budget (--memory not given: the whole FFN resident)" : `memory budget ${formatBytes(p.budget)}`}: fixed region ${formatBytes(p.fixedTotal)} (weights ${formatBytes(f.weights)}, predictors ${formatBytes(f.predictors)}, KV cache ${formatBytes(f.kvCache)}, run state ${formatBytes(f.runState)}, I/O staging ${formatBytes(f.staging)}, scratch ${formatBytes(f.scratch)}, cache tables ${formatBytes(f.cacheTables)})`,
-    `neuron cache ${formatBytes(p.slots * p.slotBytes)}: ${p.slots} of ${p.totalNeurons} neurons (${(100 * p.ffnResident).toFixed(1)}% of the FFN), hot region ${p.hotFrames} clusters × ${p.clusterSize} neurons, cold region ${p.coldSlots} neurons; ${p.slotBytes} B per neuron`,
+    p.gatesPinned
+      ? `neuron cache ${formatBytes(p.gateRegion + p.slots * p.slotBytes)}: gate rows of all ${p.totalNeurons} neurons pinned (${formatBytes(p.gateRegion)}), up+down rows of ${p.slots} (${(100 * p.ffnResident).toFixed(1)}% of the FFN's bytes), hot region ${p.hotFrames} clusters × ${p.clusterSize} neurons, cold region ${p.coldSlots} neurons; ${p.slotBytes} B per up+down slot`
+      : `neuron cache ${formatBytes(p.slots * p.slotBytes)}: ${p.slots} of ${p.totalNeurons} neurons (${(100 * p.ffnResident).toFixed(1)}% of the FFN), hot region ${p.hotFrames} clusters × ${p.clusterSize} neurons, cold region ${p.coldSlots} neurons; ${p.slotBytes} B per neuron`,
   ].join("\n");
 }

@@ -7,6 +7,10 @@
 //          slots [hotSlots, slots)   cold region: single neurons, per-neuron LRU, loaded in two
 //                                    phases (gate block; up+down block only if the neuron fires)
 //
+// With pinned gates (plan.gatesPinned) the gate rows of all neurons live in their own buffer
+// `gates` (row g = layer·nFF + p), read once at load, and slots hold [up row | down column]:
+// a predicted neuron costs a read only when it fires and its up+down are not resident.
+//
 // Pack positions p ≥ hotLimit[layer] are cold. Which neurons are resident never changes what is
 // computed — only where the bytes come from — so results are the same for any budget.
 import { native, type NativeAddon } from "../native.js";
@@ -54,6 +58,15 @@ export interface Loader {
 
 export class NeuronCache {
   readonly arena: number; // native buffer (slots × slotBytes)
+  readonly gates: number; // native buffer (nLayer·nFF × gateRowBytes) with pinned gates, else -1
+  /** Where gate rows are read from: the pinned rows (row = layer·nFF + p), or slot rows of the arena. */
+  readonly gateRows: { buf: number; rows: number; stride: number };
+  /** Offsets of the up row and the down column within a slot. */
+  readonly upOffset: number;
+  readonly downOffset: number;
+  readonly pinned: boolean;
+  /** The slotOf table's place in native memory (a worker maps fired neurons to up+down slots with it). */
+  readonly slotTable: { buf: number; off: number };
   readonly staging: number; // native buffer: I/O lands here, then is copied into slots
   readonly tables: number; // native buffer holding the views below
   readonly stats: LayerCacheStats[];
@@ -116,9 +129,14 @@ export class NeuronCache {
     this.batchLimit = plan.stagingBytes;
     this.slotBatch = new Int32Array(S);
     const allocated: number[] = [];
+    this.pinned = plan.gatesPinned;
+    this.upOffset = this.pinned ? 0 : pack.gateBytes;
+    this.downOffset = this.upOffset + pack.upBytes;
     try {
       this.arena = n.alloc(Math.max(1, S * this.slotBytes));
       allocated.push(this.arena);
+      this.gates = this.pinned ? n.alloc(N * plan.gateRowBytes) : -1;
+      if (this.pinned) allocated.push(this.gates);
       this.staging = n.alloc(plan.stagingBytes);
       allocated.push(this.staging);
       // int32 tables first, then the byte table
@@ -135,6 +153,7 @@ export class NeuronCache {
       o += len;
       return v;
     };
+    this.slotTable = { buf: this.tables, off: o * 4 };
     this.slotOf = take(N).fill(-1);
     this.owner = take(S).fill(-1);
     this.lru = new SlotLru(take(S), take(S));
@@ -142,6 +161,7 @@ export class NeuronCache {
     this.frameOwner = take(F).fill(-1);
     this.frameUse = take(F);
     this.state = n.viewU8(this.tables, o * 4, N);
+    this.gateRows = this.pinned ? { buf: this.gates, rows: N, stride: plan.gateRowBytes } : { buf: this.arena, rows: S, stride: this.slotBytes };
     // cold LRU list: all cold slots, free
     for (let s = plan.hotSlots; s < S; s++) this.lru.pushHead(s);
     this.hotLimit = new Int32Array(nLayer);
@@ -153,7 +173,7 @@ export class NeuronCache {
 
   /** Native buffers the cache holds (memory accounting). */
   get buffers(): number[] {
-    return [this.arena, this.staging, this.tables];
+    return this.pinned ? [this.arena, this.gates, this.staging, this.tables] : [this.arena, this.staging, this.tables];
   }
 
   /**
@@ -163,6 +183,7 @@ export class NeuronCache {
   preload(onProgress?: (done: number, total: number) => void): void {
     const { nLayer } = this.pack.config;
     const F = this.plan.hotFrames;
+    if (this.pinned) this.preloadGates();
     const cand: { l: number; q: number; w: number }[] = [];
     for (let l = 0; l < nLayer; l++) {
       for (let q = 0; q * this.C < this.hotLimit[l]!; q++) cand.push({ l, q, w: this.clusterFirings(l, q) });
@@ -181,6 +202,25 @@ export class NeuronCache {
     // load-time reads are reported apart from per-token traffic
     this.preloadBytes += this.stats.reduce((a, s) => a + s.bytesRead, 0);
     this.resetStats();
+  }
+
+  /** Pinned gates: every gate row into `gates`, streaming each layer's bundles sequentially. */
+  private preloadGates(): void {
+    const { nLayer } = this.pack.config;
+    const B = this.pack.bundleBytes;
+    const per = Math.max(1, Math.floor(this.stagingBytes / B));
+    const row = this.plan.gateRowBytes;
+    for (let l = 0; l < nLayer; l++) {
+      for (let a = 0; a < this.nFF; a += per) {
+        const m = Math.min(per, this.nFF - a);
+        this.n.readBatch(this.loader.id, Float64Array.of(this.bundleOffset(l, a), m * B, this.staging, 0));
+        const copies = new Float64Array(m * 3);
+        for (let i = 0; i < m; i++) copies.set([(l * this.nFF + a + i) * row, i * B, this.pack.gateBytes], i * 3);
+        this.n.copyBatch(this.gates, this.staging, copies);
+        this.stats[l]!.bytesRead += m * B;
+        this.stats[l]!.reads++;
+      }
+    }
   }
 
   /**
@@ -234,6 +274,23 @@ export class NeuronCache {
     const coldCap = this.plan.coldSlots;
     const frameCap = this.plan.hotFrames;
     let i = start;
+    if (this.pinned) {
+      // every gate row is resident; a neuron without up+down may fire and need a cold slot in
+      // this window, so the chunk ends where the cold region could not hold them all
+      for (; i < end; i++) {
+        const g = base + positions[i]!;
+        const s = this.slotOf[g]!;
+        if (s < 0 || s >= this.plan.hotSlots) {
+          // cold (resident or not): its slot must not be evicted before this window ends
+          if (this.coldUsed === coldCap) break;
+          this.coldUsed++;
+        } else this.frameUse[(s / this.C) | 0] = tick;
+        st.gateAccesses++;
+        st.gateHits++;
+        slotsOut[i - start] = g;
+      }
+      return i;
+    }
     for (; i < end; i++) {
       const p = positions[i]!;
       const g = base + p;
@@ -269,10 +326,12 @@ export class NeuronCache {
   }
 
   /**
-   * Make up+down resident for neurons (layer, positions[k]) whose gates fired; they were made
-   * resident by the last loadGates call, so they are still in their slots.
+   * Make up+down resident for neurons (layer, positions[k]) whose gates fired, and write their
+   * slots to slotsOut[k]. Without pinned gates they were made resident by the last loadGates
+   * call, so they are still in their slots; with pinned gates a missing one takes a cold slot
+   * that loadGates reserved in this window.
    */
-  loadUpDown(layer: number, positions: Int32Array, count: number): void {
+  loadUpDown(layer: number, positions: Int32Array, count: number, slotsOut: Int32Array): void {
     const st = this.stats[layer]!;
     const base = layer * this.nFF;
     const ud = this.pack.upBytes + this.pack.downBytes;
@@ -282,14 +341,20 @@ export class NeuronCache {
       const p = positions[k]!;
       const g = base + p;
       st.upDownAccesses++;
+      let s = this.slotOf[g]!;
       if (this.state[g] === FULL) {
         st.upDownHits++;
+        if (this.pinned && s >= this.plan.hotSlots) this.lru.touch(s);
+        slotsOut[k] = s;
         continue;
       }
-      const s = this.slotOf[g]!;
-      if (s < 0) throw new Error(`neuron cache: layer ${layer} neuron at pack position ${p} lost its slot between the two load phases`);
+      if (s < 0) {
+        if (!this.pinned) throw new Error(`neuron cache: layer ${layer} neuron at pack position ${p} lost its slot between the two load phases`);
+        s = this.takeColdSlot(g);
+      }
       this.state[g] = FULL;
-      this.queueRead(layer, this.bundleOffset(layer, p) + this.pack.gateBlock, this.pack.upDownBlock, [[s * this.slotBytes + this.pack.gateBytes, 0, ud]]);
+      this.queueRead(layer, this.bundleOffset(layer, p) + this.pack.gateBlock, this.pack.upDownBlock, [[s * this.slotBytes + this.upOffset, 0, ud]]);
+      slotsOut[k] = s;
     }
     this.flush();
   }
@@ -377,6 +442,13 @@ export class NeuronCache {
     }
   }
 
+  /** Are gate, up and down of every neuron (layer, positions[start..end)) resident (reads may still be in flight)? */
+  allFull(layer: number, positions: Int32Array, start: number, end: number): boolean {
+    const base = layer * this.nFF;
+    for (let i = start; i < end; i++) if (this.state[base + positions[i]!] !== FULL) return false;
+    return true;
+  }
+
   /** Neurons resident per layer right now (tests, stats). */
   residentNeurons(layer: number): number {
     let c = 0;
@@ -409,6 +481,7 @@ export class NeuronCache {
   /** Copies [arenaOff, offsetInRead, len] moving one whole bundle read at offsetInRead into `slot`: gate, then up+down (contiguous in both). */
   private bundleCopies(slot: number, at: number): [number, number, number][] {
     const { gateBytes, gateBlock, upBytes, downBytes } = this.pack;
+    if (this.pinned) return [[slot * this.slotBytes, at + gateBlock, upBytes + downBytes]];
     return [
       [slot * this.slotBytes, at, gateBytes],
       [slot * this.slotBytes + gateBytes, at + gateBlock, upBytes + downBytes],

@@ -1,7 +1,7 @@
 // The sparse FFN of one token and layer, top to bottom:
 //
 //   predict   P = { p : (fc2 · relu(fc1 · x))[p] > threshold }   (oracle: every neuron)
-//   phase 1   gate rows of P resident (cache: hot clusters or single cold gate blocks)
+//   phase 1   gate rows of P resident (cache: pinned rows, hot clusters or single cold gate blocks)
 //             g[k] = W_gate[P[k]] · xb
 //   phase 2   A = { k : relu(g[k]) != 0 }; up+down of A resident (cold: one more block each)
 //             u[k] = W_up[A[k]] · xb;  h[k] = act(g[k]) · u[k]   (dReLU: relu(g)·relu(u))
@@ -142,13 +142,12 @@ export class SparseFfnEngine implements SparseFfn {
     n.viewF32(buf, oOff, dim).fill(0);
     const stride = cache.slotBytes;
     const rows = cache.plan.slots;
-    const upOff = pack.gateBytes;
-    const downOff = pack.gateBytes + pack.upBytes;
+    const gr = cache.gateRows;
     for (let start = 0; start < nP; ) {
       // phase 1: gates of P[start..end)
       const end = cache.loadGates(layer, v.P, start, nP, v.slots);
       const m = end - start;
-      n.matvecRows(pack.gateType, cache.arena, 0, rows, dim, this.scratch, off.slots, m, buf, xbOff, this.scratch, off.gate, stride);
+      n.matvecRows(pack.gateType, gr.buf, 0, gr.rows, dim, this.scratch, off.slots, m, buf, xbOff, this.scratch, off.gate, gr.stride);
       let nA = 0;
       let nSilent = 0;
       for (let k = 0; k < m; k++) {
@@ -164,10 +163,10 @@ export class SparseFfnEngine implements SparseFfn {
       st.fired += nA;
       if (nA > 0) {
         // phase 2: up + down of the neurons that fired
-        cache.loadUpDown(layer, v.aPos, nA);
-        n.matvecRows(pack.upType, cache.arena, upOff, rows, dim, this.scratch, off.aSlots, nA, buf, xbOff, this.scratch, off.uA, stride);
+        cache.loadUpDown(layer, v.aPos, nA, v.aSlots);
+        n.matvecRows(pack.upType, cache.arena, cache.upOffset, rows, dim, this.scratch, off.aSlots, nA, buf, xbOff, this.scratch, off.uA, stride);
         n.gatedAct(this.kind, this.scratch, off.gA, this.scratch, off.uA, this.scratch, off.hA, nA);
-        n.axpyRows(pack.downType, cache.arena, downOff, rows, dim, this.scratch, off.aSlots, nA, this.scratch, off.hA, buf, oOff, stride);
+        n.axpyRows(pack.downType, cache.arena, cache.downOffset, rows, dim, this.scratch, off.aSlots, nA, this.scratch, off.hA, buf, oOff, stride);
       }
       start = end;
     }

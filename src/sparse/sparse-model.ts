@@ -35,6 +35,8 @@ export interface SparseLoadOptions extends LoadOptions {
   /** Share of a non-resident hot cluster that must be predicted to read it whole (default 0.5: one sequential read of C bundles costs about C/2 random 4 KiB reads at queue depth 32 here). */
   clusterAdmit?: number;
   stagingNeurons?: number;
+  /** Keep every gate row resident and cache up+down only: true, false, or "auto" (default: when the gate rows take ≤ 75% of the neuron cache; never in blocking mode, whose LLMFlash cache holds whole bundles). */
+  pinGates?: boolean | "auto";
   /**
    * How decoding runs: "sync" (default) — the sparse FFN inline on the caller's thread (one layer at a
    * time, reads then compute); "pipeline" — the actor pipeline on worker threads, reads
@@ -169,7 +171,9 @@ export async function loadSparseModel(path: string, opts: SparseLoadOptions): Pr
   // budget, 256..2048 neurons) lets each batch fill the loader's queue
   const pipelined = engineKind !== "sync";
   const stagingNeurons = opts.stagingNeurons ?? (pipelined ? Math.min(2048, Math.max(256, Math.floor((0.01 * budget) / pack.bundleBytes))) : undefined);
-  const plan = planMemory(pack, budget, planOptions(cfg, { ...opts, stagingNeurons, predictor: mode === "trained" })); // throws with the numbers when it cannot fit
+  if (engineKind === "blocking" && opts.pinGates === true) throw new RangeError("pinGates: the blocking engine (LLMFlash) caches whole bundles; it cannot pin gate rows");
+  const pinGates = engineKind === "blocking" ? false : opts.pinGates;
+  const plan = planMemory(pack, budget, planOptions(cfg, { ...opts, stagingNeurons, pinGates, predictor: mode === "trained" })); // throws with the numbers when it cannot fit
 
   const io = { backend: opts.io?.backend ?? "auto", queueDepth: opts.io?.queueDepth ?? 32, directIO: opts.io?.directIO ?? true } as const;
   let loaderId: number;

@@ -97,15 +97,25 @@ describe.each([
   ["default model (F32)", () => defaultModel, () => defaultPack, "The whale"],
   ["synthetic planted-sparsity model (F16)", () => synthPath("f16"), () => synthPackPath("f16"), "It was the best of times"],
 ])("oracle predictor, %s", (_name, modelPath, packPath, text) => {
-  it("decodes the same 64 tokens as the dense engine at budgets holding 100%, 50% and 25% of the FFN", async () => {
+  it("decodes the same 64 tokens as the dense engine at budgets holding 100%, 50%, 40% and 25% of the FFN, gate rows pinned or cached", async () => {
     const dense = await loadModel(modelPath());
     const prompt = dense.tokenizer.encode(text, { addBos: true });
     const ref = greedy(dense, prompt, 64).ids;
     dense.dispose();
     const pack = openPack(packPath());
-    for (const f of [1, 0.5, 0.25]) {
-      const m = await loadSparseModel(packPath(), { memory: budgetForFfnFraction(pack, f, planOpts(pack, false)), predictor: "oracle", contextSize: ctx });
+    // [share of the FFN's bytes in memory, pinGates, gate rows pinned?]: "auto" pins when the
+    // gate rows (a third of the FFN) take ≤ 75% of the neuron cache — at 50%, not at 25%
+    const runs: [number, boolean | "auto", boolean][] = [
+      [1, "auto", false],
+      [0.5, "auto", true],
+      [0.5, false, false],
+      [0.4, true, true],
+      [0.25, "auto", false],
+    ];
+    for (const [f, pinGates, pinned] of runs) {
+      const m = await loadSparseModel(packPath(), { memory: budgetForFfnFraction(pack, f, planOpts(pack, false)), predictor: "oracle", pinGates, contextSize: ctx });
       try {
+        expect(m.sparse!.plan.gatesPinned).toBe(pinned);
         expect(m.sparse!.plan.ffnResident).toBeCloseTo(f, 2);
         const got = greedy(m, prompt, 64).ids;
         expect(got).toEqual(ref);
@@ -256,6 +266,32 @@ describe("default model, trained predictor", () => {
     expect(out.length).toBeGreaterThan("The whale".length);
     expect(err).toMatch(/neuron cache .* neurons/);
     expect(err).toMatch(/layer +hit rate/);
+  }, 60_000);
+
+  it("neuronpipe generate --pin-gates on|off picks the cache layout, and a bad value is refused by name", async () => {
+    const run = async (...extra: string[]) => {
+      let err = "";
+      const e = process.stderr.write.bind(process.stderr);
+      const w = process.stdout.write.bind(process.stdout);
+      process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
+      process.stdout.write = (() => true) as typeof process.stdout.write;
+      try {
+        const code = await main(["generate", "--model", defaultPack, "--memory", "26MiB", "--mode", "sync", "--prompt", "The whale", "--max-tokens", "4", "--temperature", "0", "--ctx", "128", ...extra]);
+        return { code, err };
+      } finally {
+        process.stderr.write = e;
+        process.stdout.write = w;
+      }
+    };
+    const on = await run("--pin-gates", "on");
+    expect(on.code).toBe(0);
+    expect(on.err).toMatch(/gate rows of all \d+ neurons pinned/);
+    const off = await run("--pin-gates", "off");
+    expect(off.code).toBe(0);
+    expect(off.err).not.toMatch(/pinned/);
+    const bad = await run("--pin-gates", "yes");
+    expect(bad.code).not.toBe(0);
+    expect(bad.err).toContain('--pin-gates must be auto, on or off, got "yes"');
   }, 60_000);
 });
 
