@@ -1,10 +1,13 @@
 // The scheduler of one token's layers: for each layer, attention → predictor → FFN, then the
-// logits. The work is injected (src/pipeline/runtime.ts provides the actors): the FFN actor is
-// the neuron-cluster pipeline in `pipeline` mode and load-everything-then-compute in
+// logits. The work is injected (src/pipeline/runtime.ts provides it): one `steps` actor, alive
+// for the whole token, receives a request as each state is entered and answers `step.done` or
+// `step.error` — no actor is created per step (at 7B a token has 97 steps; spawning an actor
+// for each cost ~0.15 ms of the scheduler thread per step, on the critical path). The FFN step
+// is the neuron-cluster pipeline in `pipeline` mode and load-everything-then-compute in
 // `blocking` mode; `prefetchNext` starts reading layer L+1's hot clusters as layer L's
 // attention begins. Cancellation is checked as each layer starts, so a generation stops
 // within one layer; the machine ends in done, cancelled or failed.
-import { assign, fromPromise, setup } from "xstate";
+import { assign, fromCallback, sendTo, setup } from "xstate";
 
 export interface TokenInput {
   nLayer: number;
@@ -19,34 +22,56 @@ export interface TokenContext extends TokenInput {
   error?: string;
 }
 
-export interface LayerInput {
-  layer: number;
-  pos: number;
-  step: number;
-}
+/** What the machine asks the steps actor for (one at a time). */
+export type StepRequest =
+  | { type: "attention"; layer: number }
+  | { type: "predict"; layer: number }
+  | { type: "ffn"; layer: number; nP: number }
+  | { type: "logits"; layer: number };
 
-function missing<T, I>(name: string) {
-  return fromPromise<T, I>(async () => {
-    throw new Error(`token machine: no ${name} actor provided`);
+/** What the steps actor answers: the step's output (nP for predict, the logits' offset for logits). */
+export type StepEvent = { type: "step.done"; output: number } | { type: "step.error"; error: unknown };
+
+/** The default steps actor: no implementation provided. */
+const missingSteps = fromCallback<StepRequest, TokenInput, StepEvent>(({ sendBack, receive }) => {
+  receive(() => sendBack({ type: "step.error", error: new Error("token machine: no steps actor provided") }));
+});
+
+/**
+ * A steps actor from async functions: each request runs its function and answers with the
+ * result or the error (runtime.ts provides the functions).
+ */
+export function stepsActor(run: { [K in StepRequest["type"]]: (req: Extract<StepRequest, { type: K }>) => Promise<number> }) {
+  return fromCallback<StepRequest, TokenInput, StepEvent>(({ sendBack, receive }) => {
+    receive((req) => {
+      (run[req.type] as (r: StepRequest) => Promise<number>)(req).then(
+        (output) => sendBack({ type: "step.done", output }),
+        (error: unknown) => sendBack({ type: "step.error", error }),
+      );
+    });
   });
 }
+
+const onError = [
+  { guard: { type: "aborted" as const, params: ({ event }: { event: StepEvent }) => ({ error: (event as { error?: unknown }).error }) }, target: ".cancelled" },
+  { target: ".failed", actions: "recordError" as const },
+];
 
 export const tokenMachine = setup({
   types: {
     input: {} as TokenInput,
     context: {} as TokenContext,
+    events: {} as StepEvent,
     output: {} as { logits: number; error?: string; cancelled: boolean },
   },
   actors: {
-    attention: missing<void, LayerInput>("attention"),
-    predictor: missing<number, LayerInput>("predictor"),
-    ffn: missing<void, LayerInput & { nP: number }>("ffn"),
-    logits: missing<number, LayerInput>("logits"),
+    steps: missingSteps,
   },
   actions: {
     // Implementation injected: start reading the next layer's hot clusters (no-op by default).
     prefetchNext: (_, _params: { layer: number }) => {},
     recordError: assign({ error: ({ event }) => String(((event as { error?: Error }).error)?.message ?? (event as { error?: unknown }).error) }),
+    request: sendTo("steps", (_, params: StepRequest) => params),
   },
   guards: {
     lastLayer: ({ context }) => context.layer + 1 >= context.nLayer,
@@ -55,40 +80,28 @@ export const tokenMachine = setup({
 }).createMachine({
   id: "token",
   context: ({ input }) => ({ ...input, layer: 0, nP: 0, logits: -1 }),
+  invoke: { id: "steps", src: "steps", input: ({ context }) => ({ nLayer: context.nLayer, pos: context.pos, step: context.step }) },
   initial: "attention",
+  on: { "step.error": onError },
   states: {
     attention: {
-      entry: { type: "prefetchNext", params: ({ context }) => ({ layer: context.layer + 1 }) },
-      invoke: {
-        src: "attention",
-        input: ({ context }) => ({ layer: context.layer, pos: context.pos, step: context.step }),
-        onDone: "predicting",
-        onError: [{ guard: { type: "aborted", params: ({ event }) => ({ error: event.error }) }, target: "cancelled" }, { target: "failed", actions: "recordError" }],
-      },
+      entry: [
+        { type: "prefetchNext", params: ({ context }) => ({ layer: context.layer + 1 }) },
+        { type: "request", params: ({ context }) => ({ type: "attention", layer: context.layer }) },
+      ],
+      on: { "step.done": "predicting" },
     },
     predicting: {
-      invoke: {
-        src: "predictor",
-        input: ({ context }) => ({ layer: context.layer, pos: context.pos, step: context.step }),
-        onDone: { target: "ffn", actions: assign({ nP: ({ event }) => event.output }) },
-        onError: { target: "failed", actions: "recordError" },
-      },
+      entry: { type: "request", params: ({ context }) => ({ type: "predict", layer: context.layer }) },
+      on: { "step.done": { target: "ffn", actions: assign({ nP: ({ event }) => (event as { output: number }).output }) } },
     },
     ffn: {
-      invoke: {
-        src: "ffn",
-        input: ({ context }) => ({ layer: context.layer, pos: context.pos, step: context.step, nP: context.nP }),
-        onDone: [{ guard: "lastLayer", target: "logits" }, { target: "attention", actions: assign({ layer: ({ context }) => context.layer + 1 }) }],
-        onError: [{ guard: { type: "aborted", params: ({ event }) => ({ error: event.error }) }, target: "cancelled" }, { target: "failed", actions: "recordError" }],
-      },
+      entry: { type: "request", params: ({ context }) => ({ type: "ffn", layer: context.layer, nP: context.nP }) },
+      on: { "step.done": [{ guard: "lastLayer", target: "logits" }, { target: "attention", actions: assign({ layer: ({ context }) => context.layer + 1 }) }] },
     },
     logits: {
-      invoke: {
-        src: "logits",
-        input: ({ context }) => ({ layer: context.layer, pos: context.pos, step: context.step }),
-        onDone: { target: "done", actions: assign({ logits: ({ event }) => event.output }) },
-        onError: { target: "failed", actions: "recordError" },
-      },
+      entry: { type: "request", params: ({ context }) => ({ type: "logits", layer: context.layer }) },
+      on: { "step.done": { target: "done", actions: assign({ logits: ({ event }) => (event as { output: number }).output }) } },
     },
     done: { type: "final" },
     cancelled: { type: "final" },

@@ -46,6 +46,7 @@ const { values: v } = parseArgs({
     budget: { type: "string" },
     result: { type: "string" },
     engine: { type: "string" },
+    "pin-gates": { type: "string" },
     svg: { type: "string" },
     help: { type: "boolean", short: "h", default: false },
   },
@@ -188,7 +189,8 @@ async function childNeuronpipe() {
   const { traceSvg } = await import(pathToFileURL(join(rootDir, "dist", "src", "pipeline", "trace-plot.js")).href);
   const engine = v.engine ?? "pipeline";
   const t0 = performance.now();
-  const model = await np.loadSparseModel(v.model, { memory: Number(v.budget), threads, contextSize: ctx, engine });
+  const pinGates = v["pin-gates"] === undefined ? undefined : v["pin-gates"] === "true" ? true : v["pin-gates"] === "false" ? false : "auto";
+  const model = await np.loadSparseModel(v.model, { memory: Number(v.budget), threads, contextSize: ctx, engine, pinGates });
   const loadSeconds = (performance.now() - t0) / 1000;
   log(`neuronpipe (${engine}): loaded in ${loadSeconds.toFixed(1)} s\n${model.sparse.describe()}`);
   const s = model.createSession();
@@ -335,6 +337,8 @@ const img = join(rootDir, "docs", "img");
 results.push({ setting: `neuronpipe pipeline, --memory ${fmt(budget)} (${off})`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget), "--engine", "pipeline", "--svg", join(img, "pipeline-timeline.svg")])) });
 results.push({ setting: `neuronpipe blocking (LLMFlash: window cache of 5 tokens, reads before compute), --memory ${fmt(budget)}`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget), "--engine", "blocking", "--svg", join(img, "blocking-timeline.svg")])) });
 results.push({ setting: `neuronpipe sync (sparse FFN inline, one thread), --memory ${fmt(budget)}`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget), "--engine", "sync"])) });
+// ablation: the same pipeline with gate rows cached, not pinned (what the pinned rows are worth)
+results.push({ setting: `neuronpipe pipeline, gate rows cached (pinGates false), --memory ${fmt(budget)}`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget), "--engine", "pipeline", "--pin-gates", "false"])) });
 results.push({ setting: `neuronpipe mmap (dense over a mapped pack, as llama.cpp), memory cgroup ${fmt(peerLimit)}`, ...(await child("mmap", ["--model", pack], peerLimit, Number(v["peer-timeout"]))) });
 results.push({
   setting: `llama.cpp, memory cgroup ${fmt(peerLimit)} (mmap; node-llama-cpp cannot turn off Q4_0 repacking, so the repacked weights are anonymous memory inside the limit)`,

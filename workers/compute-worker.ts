@@ -7,8 +7,10 @@ import { native, type NativeAddon } from "../src/native.js";
 import { addFfnOutput, attentionBlock, checkBatch, embedTokens, ffnInput, forward, outputLogits } from "../src/model/forward.js";
 import type { Weights } from "../src/model/weights.js";
 import { createBundleScratch, denseBundles, type BundleScratch } from "../src/pipeline/dense-bundles.js";
-import type { ComputeInit, ComputeResult, ComputeTask } from "../src/pipeline/protocol.js";
+import type { ComputeInit, ComputeResult, ComputeTask, FrontTask } from "../src/pipeline/protocol.js";
 import { nowUs } from "../src/pipeline/trace.js";
+import { serveChannel } from "../src/pipeline/worker-channel.js";
+import { waitBatch } from "../src/pipeline/io-flags.js";
 
 interface State {
   init: ComputeInit;
@@ -21,6 +23,8 @@ interface State {
   aPos: Int32Array;
   gA: Float32Array;
   scores: Float32Array;
+  slotOf: Int32Array;
+  ioDone: Int32Array;
 }
 
 let state: State | undefined;
@@ -44,13 +48,18 @@ function setUp(init: ComputeInit): State {
     aPos: n.viewI32(f.scratch, f.off.aPos, nFF),
     gA: n.viewF32(f.scratch, f.off.gA, nFF),
     scores: n.viewF32(f.scratch, f.off.scores, nFF),
+    slotOf: n.viewI32(f.slotOf.buf, f.slotOf.off, init.cfg.nLayer * nFF),
+    ioDone: new Int32Array(init.ioDone),
   };
 }
 
 export default function compute(task: ComputeTask): ComputeResult {
   const t0 = nowUs();
   if (task.op === "init") {
-    state = setUp(task);
+    const { port, ...init } = task;
+    state = setUp(init);
+    // later tasks of this session come over the direct channel (a new init brings a new one)
+    if (port) serveChannel(port, compute);
     return { t0, t1: nowUs(), tid };
   }
   const s = state;
@@ -60,18 +69,29 @@ export default function compute(task: ComputeTask): ComputeResult {
   const { cfg, rs, kv } = s.init;
   switch (task.op) {
     case "attention":
-      if (task.tokens) {
-        checkBatch(rs, kv, task.nTok, task.pos0);
-        embedTokens(cfg, s.weights, rs, task.tokens);
-      } else if (task.layer > 0) addFfnOutput(cfg, rs, task.nTok);
-      attentionBlock(cfg, s.weights, rs, kv, task.layer, task.pos0, task.nTok);
-      ffnInput(cfg, s.weights, rs, task.layer, task.nTok);
+      attention(s, task.layer, task.pos0, task.nTok, task.tokens);
       break;
+    case "front":
+      Object.assign(out, front(n, s, task));
+      break;
+    case "back": {
+      // resident fired neurons first (pack order: the prefix before the first one being read)
+      const a = upDown(n, s, 0, task.ready);
+      for (const b of task.batches) waitBatch(s.ioDone, b, `compute worker: layer ${task.layer}`);
+      const c = upDown(n, s, task.ready, task.nA); // the wait between is not a kernel span
+      out.cuts = [...a, ...c];
+      if (task.next) {
+        out.t1 = c[3]!;
+        out.front = front(n, s, task.next);
+        return out;
+      }
+      break;
+    }
     case "predict":
       out.nP = predict(n, s, task.layer, task.oracle);
       break;
     case "gate":
-      Object.assign(out, gate(n, s, task.start, task.count));
+      Object.assign(out, gate(n, s, task.layer, task.start, task.count));
       break;
     case "up":
       up(n, s, task.start, task.nA);
@@ -80,7 +100,7 @@ export default function compute(task: ComputeTask): ComputeResult {
       down(n, s, task.start, task.nA);
       break;
     case "ffn": {
-      const g = gate(n, s, task.start, task.count);
+      const g = gate(n, s, task.layer, task.start, task.count);
       if (g.nA > 0) {
         up(n, s, task.start, g.nA);
         down(n, s, task.start, g.nA);
@@ -102,6 +122,40 @@ export default function compute(task: ComputeTask): ComputeResult {
   return out;
 }
 
+/** layer > 0: x += o of the layer before; layer 0 with tokens: embed them. Then attention and xb = ffn_norm(x). */
+function attention(s: State, layer: number, pos0: number, nTok: number, tokens?: number[]): void {
+  const { cfg, rs, kv } = s.init;
+  if (tokens) {
+    checkBatch(rs, kv, nTok, pos0);
+    embedTokens(cfg, s.weights, rs, tokens);
+  } else if (layer > 0) addFfnOutput(cfg, rs, nTok);
+  attentionBlock(cfg, s.weights, rs, kv, layer, pos0, nTok);
+  ffnInput(cfg, s.weights, rs, layer, nTok);
+}
+
+/** Attention, predictor and every predicted gate row of a layer (pinned gates: row = layer·nFF + p). */
+function front(n: NativeAddon, s: State, task: FrontTask): ComputeResult {
+  const t0 = nowUs();
+  attention(s, task.layer, task.pos0, task.nTok, task.tokens);
+  const m1 = nowUs();
+  const nP = predict(n, s, task.layer, task.oracle);
+  const m2 = nowUs();
+  const base = task.layer * s.init.cfg.nFF;
+  for (let k = 0; k < nP; k++) s.slots[k] = base + s.P[k]!;
+  const g = gate(n, s, task.layer, 0, nP);
+  const t1 = nowUs();
+  return { t0, t1, tid, nP, ...g, cuts: [t0, m1, m1, m2, m2, t1] };
+}
+
+/** Up, act and down of fired neurons [from, to) (down in order: callers go from 0 upwards); returns the up and down intervals. */
+function upDown(n: NativeAddon, s: State, from: number, to: number): number[] {
+  const t0 = nowUs();
+  if (to > from) up(n, s, from, to - from);
+  const t1 = nowUs();
+  if (to > from) down(n, s, from, to - from);
+  return [t0, t1, t1, nowUs()];
+}
+
 /** o = 0; P = the predicted neurons of `layer`, ascending pack positions; returns |P|. */
 function predict(n: NativeAddon, s: State, layer: number, oracle: boolean): number {
   const { cfg, rs, ffn } = s.init;
@@ -119,16 +173,22 @@ function predict(n: NativeAddon, s: State, layer: number, oracle: boolean): numb
   return nP;
 }
 
-/** Phase 1 of one cluster: gate rows of P[start, start+count) (cache slots in slots[start…]). */
-function gate(n: NativeAddon, s: State, start: number, count: number): { nA: number; nSilent: number } {
+/**
+ * Phase 1 of one cluster: gate rows of P[start, start+count) (rows in slots[start…]). Fired
+ * neurons go to aSlots/aPos/gA[start…] with their cache slots — with pinned gates looked up in
+ * slotOf (-1 when up+down are not resident; the scheduler's loadUpDown then writes them).
+ */
+function gate(n: NativeAddon, s: State, layer: number, start: number, count: number): { nA: number; nSilent: number } {
   const { cfg, rs, ffn } = s.init;
-  n.matvecRows(ffn.gateType, ffn.arena, 0, ffn.slots, cfg.nEmbd, ffn.scratch, ffn.off.slots + start * 4, count, rs.buf, rs.xb, ffn.scratch, ffn.off.gate + start * 4, ffn.slotBytes);
+  const gr = ffn.gateRows;
+  n.matvecRows(ffn.gateType, gr.buf, 0, gr.rows, cfg.nEmbd, ffn.scratch, ffn.off.slots + start * 4, count, rs.buf, rs.xb, ffn.scratch, ffn.off.gate + start * 4, gr.stride);
+  const base = layer * cfg.nFF;
   let nA = 0;
   let nSilent = 0;
   for (let k = start; k < start + count; k++) {
     const g = s.gate[k]!;
     if (g > 0) {
-      s.aSlots[start + nA] = s.slots[k]!;
+      s.aSlots[start + nA] = ffn.pinned ? s.slotOf[base + s.P[k]!]! : s.slots[k]!;
       s.aPos[start + nA] = s.P[k]!;
       s.gA[start + nA] = g;
       nA++;
@@ -141,7 +201,7 @@ function gate(n: NativeAddon, s: State, start: number, count: number): { nA: num
 function up(n: NativeAddon, s: State, start: number, nA: number): void {
   const { cfg, rs, ffn } = s.init;
   const o = ffn.off;
-  n.matvecRows(ffn.upType, ffn.arena, ffn.gateBytes, ffn.slots, cfg.nEmbd, ffn.scratch, o.aSlots + start * 4, nA, rs.buf, rs.xb, ffn.scratch, o.uA + start * 4, ffn.slotBytes);
+  n.matvecRows(ffn.upType, ffn.arena, ffn.upOffset, ffn.slots, cfg.nEmbd, ffn.scratch, o.aSlots + start * 4, nA, rs.buf, rs.xb, ffn.scratch, o.uA + start * 4, ffn.slotBytes);
   n.gatedAct(ffn.kind, ffn.scratch, o.gA + start * 4, ffn.scratch, o.uA + start * 4, ffn.scratch, o.hA + start * 4, nA);
 }
 
@@ -149,7 +209,7 @@ function up(n: NativeAddon, s: State, start: number, nA: number): void {
 function down(n: NativeAddon, s: State, start: number, nA: number): void {
   const { cfg, rs, ffn } = s.init;
   const o = ffn.off;
-  n.axpyRows(ffn.downType, ffn.arena, ffn.gateBytes + ffn.upBytes, ffn.slots, cfg.nEmbd, ffn.scratch, o.aSlots + start * 4, nA, ffn.scratch, o.hA + start * 4, rs.buf, rs.o, ffn.slotBytes);
+  n.axpyRows(ffn.downType, ffn.arena, ffn.downOffset, ffn.slots, cfg.nEmbd, ffn.scratch, o.aSlots + start * 4, nA, ffn.scratch, o.hA + start * 4, rs.buf, rs.o, ffn.slotBytes);
 }
 
 /**

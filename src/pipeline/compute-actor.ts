@@ -1,10 +1,12 @@
 // A compute actor, scheduler side: posts task descriptors to a worker thread of one role
-// (workers/compute-worker.ts) and records each task's interval in the trace. The worker runs
-// tasks in the order they are posted (piscina, one thread, several tasks queued), so the
-// scheduler keeps the worker busy without waiting for each answer.
+// (workers/compute-worker.ts) and records each task's interval in the trace. Piscina runs the
+// worker and delivers the init task, which carries a direct channel (worker-channel.ts) for
+// every task after it. The worker runs tasks in the order they are posted, so the scheduler
+// keeps the worker busy without waiting for each answer.
 import type { Piscina } from "piscina";
 import type { ComputeResult, ComputeTask } from "./protocol.js";
 import type { Lane, SpanName, TraceRecorder } from "./trace.js";
+import { openChannel, type WorkerChannel } from "./worker-channel.js";
 
 type Task = ComputeTask extends infer T ? (T extends { key: string } ? Omit<T, "key"> : never) : never;
 
@@ -22,6 +24,7 @@ export class ComputeActor {
   token = -1;
   busyUs = 0; // sum of task intervals (kernels and the worker's own bookkeeping)
   private lost = false; // the worker thread exited since the last init
+  private channel?: WorkerChannel<ComputeTask, ComputeResult>;
 
   constructor(
     private readonly pool: Piscina,
@@ -30,26 +33,41 @@ export class ComputeActor {
     pool.on("workerDestroy", () => (this.lost = true));
   }
 
-  async run(task: Task, span: SpanInfo): Promise<ComputeResult> {
-    let r: ComputeResult;
+  /** Close the channel (the pool is destroyed by its owner). */
+  close(): void {
+    this.channel?.close("compute actor closed");
+    this.channel = undefined;
+  }
+
+  /** Run a task; its interval becomes a span (one per step for a task doing several: r.cuts). */
+  async run(task: Task, span: SpanInfo | SpanInfo[]): Promise<ComputeResult> {
     if (this.lost) throw new Error(`compute worker (${this.role}): its thread exited (crashed or killed) and was replaced; this generation's work on it is lost`);
-    try {
-      r = (await this.pool.run({ ...task, key: this.key })) as ComputeResult;
-    } catch (e) {
-      const exited = this.lost ? " (its thread exited: crashed or killed)" : "";
-      throw new Error(`compute worker (${this.role})${exited}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
-    }
+    if (!this.channel) throw new Error(`compute worker (${this.role}): not initialised`);
+    const r = await this.channel.request({ ...task, key: this.key } as ComputeTask); // its errors name the worker
     this.busyUs += r.t1 - r.t0;
-    this.trace?.span({ ...span, t0: r.t0, t1: r.t1, token: this.token, neurons: span.neurons ?? r.nP });
+    if (this.trace) this.record(r, span);
     return r;
+  }
+
+  /** Spans of an answer: one for the task, or one per step ([start, end] pairs in r.cuts). */
+  record(r: ComputeResult, span: SpanInfo | SpanInfo[]): void {
+    const spans = Array.isArray(span) ? span : [span];
+    spans.forEach((sp, i) => {
+      const [t0, t1] = r.cuts && r.cuts.length >= 2 * spans.length ? [r.cuts[2 * i]!, r.cuts[2 * i + 1]!] : [r.t0, r.t1];
+      this.trace?.span({ ...sp, t0, t1, token: this.token, neurons: sp.neurons ?? r.nP });
+    });
   }
 
   /** Send the session's descriptors (a new session, or a worker that replaced a crashed one). */
   async init(init: Extract<ComputeTask, { op: "init" }>): Promise<void> {
     this.key = init.key;
-    this.lost = false;
+    this.channel?.close("replaced by a new session's channel");
+    this.channel = undefined;
     try {
-      await this.pool.run(init);
+      this.channel = await openChannel<ComputeTask, ComputeResult>(this.pool, `compute worker (${this.role})`, (port) => ({ ...init, port }), () =>
+        "its thread exited (crashed or killed): the channel closed",
+      );
+      this.lost = false; // a live worker answered the init
     } catch (e) {
       this.key = "";
       throw new Error(`compute worker (${this.role}): ${(e as Error)?.message ?? String(e)}`, { cause: e });

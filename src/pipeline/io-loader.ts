@@ -5,8 +5,10 @@
 // the next batch while the kernel completes the current one.
 import type { Piscina } from "piscina";
 import type { CacheBatch } from "../sparse/neuron-cache.js";
-import type { IoResult, IoTask } from "./protocol.js";
+import type { IoInit, IoResult, IoTask } from "./protocol.js";
 import type { TraceRecorder } from "./trace.js";
+import { openChannel, type WorkerChannel } from "./worker-channel.js";
+import { createIoFlags, markBatch } from "./io-flags.js";
 
 const PRIORITY: Record<CacheBatch["phase"], number> = { updown: 0, bundle: 1, gate: 1, prefetch: 2 };
 
@@ -41,14 +43,44 @@ export class IoLoader {
   bytes = 0;
   reads = 0;
 
+  private channel?: WorkerChannel<IoTask, IoResult>;
+  private ready!: Promise<WorkerChannel<IoTask, IoResult>>;
+  private lost = false; // the worker thread exited since the channel was opened
+  /** Completion flags of read batches, shared with the compute worker (io-flags.ts). */
+  readonly ioDone = createIoFlags();
+  private readonly flags = new Int32Array(this.ioDone);
+
   constructor(private readonly o: IoLoaderOptions) {
     this.freeChunks = Array.from({ length: o.chunks }, (_, i) => i);
+    o.pool.on("workerDestroy", () => (this.lost = true));
+    this.open();
+  }
+
+  /** A channel to the worker (again, after its thread was replaced), delivered by piscina. */
+  private open(): void {
+    this.channel = undefined;
+    this.ready = openChannel<IoTask, IoResult>(this.o.pool, `I/O loader (${this.o.device})`, (port): IoInit => ({ op: "init", cores: this.o.cores, port, ioDone: this.ioDone }), () =>
+      "its thread exited (crashed or killed): the channel closed",
+    );
+    this.ready
+      .then((ch) => {
+        this.channel = ch;
+        this.lost = false; // a live worker answered the init
+      })
+      .catch(() => {});
+  }
+
+  /** Close the channel (the pool is destroyed by its owner). */
+  close(): void {
+    this.channel?.close("I/O loader closed");
+    void this.ready.then((ch) => ch.close("I/O loader closed")).catch(() => {});
   }
 
   /** Queue a batch whose copies land in `arena`; resolves when its bytes are in the slots. */
   submit(batch: CacheBatch, arena: number): Promise<void> {
     if (this.failure) {
       this.failed.add(batch.id);
+      markBatch(this.flags, batch.id, false);
       return Promise.reject(this.failure);
     }
     const p = new Promise<void>((resolve, reject) => this.queues[PRIORITY[batch.phase]]!.push({ batch, arena, resolve, reject }));
@@ -57,6 +89,11 @@ export class IoLoader {
     void p.finally(() => this.pending.delete(batch.id)).catch(() => {});
     this.dispatch();
     return p;
+  }
+
+  /** Is batch `id` queued or in flight? */
+  isPending(id: number): boolean {
+    return this.pending.has(id);
   }
 
   /** Resolves when every listed batch still pending has completed. */
@@ -79,6 +116,7 @@ export class IoLoader {
   recover(): void {
     this.failure = undefined;
     this.failed.clear();
+    if (!this.channel || this.channel.closed) this.open();
   }
 
   get idle(): boolean {
@@ -104,9 +142,9 @@ export class IoLoader {
     }
     const copies = Float64Array.from(batch.copies);
     for (let i = 1; i < copies.length; i += 3) copies[i]! += base;
-    const task: IoTask = { op: "read", loader: this.o.loader, reqs, arena: q.arena, staging: this.o.staging, copies, cores: this.o.cores };
+    const task: IoTask = { op: "read", loader: this.o.loader, reqs, arena: q.arena, staging: this.o.staging, copies, cores: this.o.cores, batch: batch.id };
     this.running++;
-    (this.o.pool.run(task) as Promise<IoResult>).then(
+    this.ready.then((ch) => ch.request(task)).then(
       (r) => {
         this.running--;
         this.freeChunks.push(chunk);
@@ -119,9 +157,12 @@ export class IoLoader {
       (e: unknown) => {
         this.running--;
         this.freeChunks.push(chunk);
-        const err = new Error(`I/O loader (${this.o.device}): ${(e as Error)?.message ?? String(e)}`);
+        const what = `I/O loader (${this.o.device})`;
+        const msg = (e as Error)?.message ?? String(e);
+        const err = new Error(msg.startsWith(what) ? msg : `${what}: ${msg}`); // channel errors name the loader already
         this.fail(err);
         this.failed.add(batch.id);
+        markBatch(this.flags, batch.id, false); // a compute task waiting on it stops
         q.reject(err);
       },
     );
@@ -133,6 +174,7 @@ export class IoLoader {
     for (const queue of this.queues) {
       for (const q of queue.splice(0)) {
         this.failed.add(q.batch.id);
+        markBatch(this.flags, q.batch.id, false);
         q.reject(this.failure);
       }
     }

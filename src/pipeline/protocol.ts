@@ -9,10 +9,14 @@ import type { BundleLayout } from "./dense-bundles.js";
 
 /** Where the sparse FFN's data is: the engine scratch (P, slots, gate values …) and the cache arena. */
 export interface FfnLayout extends BundleLayout {
-  arena: number; // cache arena buffer: slot s = [gate | up | down] at s·slotBytes
+  arena: number; // cache arena buffer: slot s = [gate | up | down] (or [up | down], gates pinned) at s·slotBytes
   slotBytes: number;
   slots: number; // slots in the arena
-  gateBytes: number; // up row starts here within a slot; down column after it
+  upOffset: number; // the up row's offset within a slot; the down column's is downOffset
+  downOffset: number;
+  gateRows: { buf: number; rows: number; stride: number }; // where gate rows are (pinned rows, or the arena's slots)
+  pinned: boolean; // gate rows pinned: slots[k] index gateRows, fired neurons' slots come from slotOf
+  slotOf: { buf: number; off: number }; // (nLayer·nFF) i32: slot of (layer, pack position) or -1
   scratch: number; // engine scratch buffer (src/sparse/sparse-ffn.ts)
   off: { scores: number; P: number; slots: number; gate: number; aSlots: number; aPos: number; gA: number; uA: number; hA: number };
   pred?: { buf: number; fc1: number[]; fc2: number[]; hidden: number[]; threshold: number[] };
@@ -40,6 +44,20 @@ export interface ComputeInit {
   threads: number; // native kernel threads
   cores?: number[]; // pin this worker's thread to these cores
   role: "big" | "little";
+  /** Read-batch completion flags the I/O worker sets (io-flags.ts): the "back" task waits on them. */
+  ioDone: SharedArrayBuffer;
+  /** The worker's end of the direct channel every later task of the session comes through (worker-channel.ts). */
+  port?: import("node:worker_threads").MessagePort;
+}
+
+export interface FrontTask {
+  op: "front";
+  key: string;
+  layer: number;
+  pos0: number;
+  nTok: number;
+  tokens?: number[];
+  oracle: boolean;
 }
 
 export type ComputeTask =
@@ -54,8 +72,21 @@ export type ComputeTask =
   | { op: "up"; key: string; layer: number; start: number; nA: number }
   /** o += Σ hA[k] · down(aSlots[k]) for k in [start, start+nA) — issued in cluster order. */
   | { op: "down"; key: string; layer: number; start: number; nA: number }
-  /** blocking mode: gate, select, up, act, down of P[start, start+count) from slots[start…] at once. */
+  /** gate, select, up, act, down of P[start, start+count) from slots[start…] at once (blocking mode; resident clusters). */
   | { op: "ffn"; key: string; layer: number; start: number; count: number }
+  /**
+   * Pinned gate rows: the front of a layer in one task — attention (as "attention"), predictor
+   * (as "predict"), then the gate rows of all of P (row = layer·nFF + p). Answers nP, nA, nSilent
+   * and cuts for its three steps.
+   */
+  | FrontTask
+  /**
+   * Pinned gate rows: the back of a layer — up, act and down of the first `ready` fired neurons
+   * (resident: computed while the reads are in flight), then wait until the read batches have
+   * landed (ioDone flags), then the rest, in pack order. With `next`, the next layer's front
+   * runs right after, in the same task (its answer in `front`).
+   */
+  | { op: "back"; key: string; layer: number; nA: number; ready: number; batches: number[]; next?: FrontTask }
   /** x += o of the last layer; logits of the last token. */
   | { op: "logits"; key: string }
   /** dense batched forward of a prompt batch, FFN streamed from the pack; logits of the last token. */
@@ -71,6 +102,8 @@ export interface ComputeResult {
   nSilent?: number; // gate: predicted neurons that did not fire
   logits?: number; // logits, prefill: offset of the logits in rs
   reads?: number; // prefill: bytes streamed
+  cuts?: number[]; // a multi-step task's steps as [start, end] pairs (µs), one per span the scheduler records
+  front?: ComputeResult; // back with next: the next layer's front
 }
 
 /** One I/O batch for the loader worker: reads into a staging chunk, then copies into the arena. */
@@ -82,6 +115,15 @@ export interface IoTask {
   staging: number;
   copies: Float64Array; // [arenaOffset, stagingOffset, length]…
   cores?: number[];
+  batch: number; // batch id: its ioDone flag is set when the copies are done (or failed)
+}
+
+/** The I/O worker's init: pin to the little cores, then take batches over the direct channel. */
+export interface IoInit {
+  op: "init";
+  cores?: number[];
+  ioDone: SharedArrayBuffer; // completion flags (io-flags.ts), set after each batch's copies
+  port: import("node:worker_threads").MessagePort;
 }
 
 export interface IoResult {

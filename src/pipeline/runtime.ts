@@ -16,19 +16,20 @@
 //   tasks in posting order, and downs are posted in cluster order: the sum is the same as the
 //   synchronous engine's, bit for bit.
 // blocking mode (LLMFlash): P = predictor(x); read every missing bundle; then compute.
-import { createActor, fromPromise, toPromise } from "xstate";
+import { createActor, toPromise } from "xstate";
 import { existsSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Piscina } from "piscina";
-import { tokenMachine, type LayerInput } from "../../actors/token-machine.js";
+import { stepsActor, tokenMachine } from "../../actors/token-machine.js";
 import type { KVCache, RunState } from "../model/forward.js";
 import type { Weights } from "../model/weights.js";
 import { native } from "../native.js";
 import type { CacheBatch, LayerCacheStats } from "../sparse/neuron-cache.js";
+import type { ComputeResult, FrontTask } from "./protocol.js";
 import type { SparseRuntime } from "../sparse/sparse-model.js";
-import { ComputeActor } from "./compute-actor.js";
+import { ComputeActor, type SpanInfo } from "./compute-actor.js";
 import { bundleLayoutOf } from "./dense-bundles.js";
 import { IoLoader } from "./io-loader.js";
 import { inspectInto, nowUs, type TraceRecorder } from "./trace.js";
@@ -96,7 +97,10 @@ export class PipelineRuntime {
   private traceRec?: TraceRecorder;
   // the next layer's attention and predictor, posted as soon as the last down of this layer is
   // (the worker runs tasks in order): the layer boundary costs no round trip to this thread
-  private ahead?: { layer: number; attention: Promise<unknown>; predict: Promise<number> };
+  private ahead?: { layer: number; attention: Promise<unknown>; predict: Promise<number>; front?: Promise<ComputeResult> };
+  private layerFront?: Promise<ComputeResult>; // the front task of the layer whose FFN runs now (pinned gates)
+  /** Pinned gate rows in pipeline mode: each layer is a front task (attention, predictor, gates) and a back task (up, down). */
+  private readonly frontBack: boolean;
   private cur?: { token: number; pos: number; signal?: AbortSignal };
 
   constructor(
@@ -126,7 +130,9 @@ export class PipelineRuntime {
     this.knobs = {
       mode,
       clusterNeurons,
-      prefetchClusters: mode === "pipeline" ? (opts.prefetchClusters ?? 4) : 0,
+      // with pinned gates the hot up+down rows are resident and a prefetched cluster's gate
+      // blocks are read for nothing (7B, 50%: +70 MiB per token): no prefetch by default
+      prefetchClusters: mode === "pipeline" ? (opts.prefetchClusters ?? (cache.pinned ? 0 : 4)) : 0,
       window: opts.window ?? 5,
       bigCores,
       littleCores,
@@ -136,9 +142,11 @@ export class PipelineRuntime {
       threads,
     };
     cache.setDeferred(chunkBytes);
+    // a layer's predicted neurons always fit the cold region's window: no chunking, one front and one back task
+    this.frontBack = mode === "pipeline" && cache.pinned && plan.coldSlots >= nFF;
     if (mode === "blocking") this.window = new WindowCache(pack, plan, cache.arena, cache.slotBytes, chunkBytes, this.knobs.window);
-    this.computePool = new Piscina({ filename: workerFile("compute-worker"), minThreads: 1, maxThreads: 1, idleTimeout: Infinity, concurrentTasksPerWorker: 64 });
-    this.ioPool = new Piscina({ filename: workerFile("io-worker"), minThreads: 1, maxThreads: 1, idleTimeout: Infinity, concurrentTasksPerWorker: 8 });
+    this.computePool = new Piscina({ filename: workerFile("compute-worker"), minThreads: 1, maxThreads: 1, idleTimeout: Infinity, concurrentTasksPerWorker: 64, atomics: "async" });
+    this.ioPool = new Piscina({ filename: workerFile("io-worker"), minThreads: 1, maxThreads: 1, idleTimeout: Infinity, concurrentTasksPerWorker: 8, atomics: "async" });
     this.compute = new ComputeActor(this.computePool, "big");
     this.io = new IoLoader({
       pool: this.ioPool,
@@ -186,7 +194,7 @@ export class PipelineRuntime {
   /** Every knob, one line (printed at load). */
   describe(): string {
     const k = this.knobs;
-    return `pipeline: mode ${k.mode}, clusters of ${k.clusterNeurons} pack positions, prefetch ${k.prefetchClusters} hot clusters of the next layer${k.mode === "blocking" ? `, window cache of ${k.window} tokens` : ""}, staging ${k.stagingChunks} × ${(k.stagingChunkBytes / 1024).toFixed(0)} KiB, ${k.ioInFlight} read batches in flight, compute worker ${k.bigCores ? `on core ${k.bigCores.join(",")}` : "unpinned"} with ${k.threads} kernel threads, I/O worker ${k.littleCores ? `on core ${k.littleCores.join(",")}` : "unpinned"}`;
+    return `pipeline: mode ${k.mode}, ${this.frontBack ? "gate rows pinned: one front (attention, predictor, gates) and one back (up, down) task per layer" : `clusters of ${k.clusterNeurons} pack positions`}, prefetch ${k.prefetchClusters} hot clusters of the next layer${k.mode === "blocking" ? `, window cache of ${k.window} tokens` : ""}, staging ${k.stagingChunks} × ${(k.stagingChunkBytes / 1024).toFixed(0)} KiB, ${k.ioInFlight} read batches in flight, compute worker ${k.bigCores ? `on core ${k.bigCores.join(",")}` : "unpinned"} with ${k.threads} kernel threads, I/O worker ${k.littleCores ? `on core ${k.littleCores.join(",")}` : "unpinned"}`;
   }
 
   /** The worker threads (tests kill one to check failure handling; tools read their ids). */
@@ -233,25 +241,33 @@ export class PipelineRuntime {
       const trace = this.traceRec;
       const machine = tokenMachine.provide({
         actors: {
-          attention: fromPromise<void, LayerInput>(async ({ input }) => {
-            if (this.ahead?.layer !== input.layer) {
-              if (signal?.aborted) throw abortError(signal);
-              this.postLayerStart(input.layer);
-            }
-            await this.ahead!.attention;
+          steps: stepsActor({
+            attention: async ({ layer }) => {
+              if (this.ahead?.layer !== layer) {
+                if (signal?.aborted) throw abortError(signal);
+                this.postLayerStart(layer);
+              }
+              await this.ahead!.attention;
+              return 0;
+            },
+            predict: async ({ layer }) => {
+              const a = this.ahead!;
+              const nP = await a.predict;
+              this.layerFront = a.front;
+              this.ahead = undefined;
+              const st = this.sp.engine.stats[layer]!;
+              st.tokens++;
+              st.predicted += nP;
+              return nP;
+            },
+            ffn: async ({ layer, nP }) => {
+              if (this.window) await this.blockingLayer(layer, nP, signal);
+              else if (this.frontBack) await this.pinnedLayer(layer, nP, signal);
+              else await this.clusterLayer(layer, nP, signal);
+              return 0;
+            },
+            logits: async () => (await this.compute.run({ op: "logits" }, { lane: "compute", name: "logits" })).logits!,
           }),
-          predictor: fromPromise<number, LayerInput>(async ({ input }) => {
-            const nP = await this.ahead!.predict;
-            this.ahead = undefined;
-            const st = this.sp.engine.stats[input.layer]!;
-            st.tokens++;
-            st.predicted += nP;
-            return nP;
-          }),
-          ffn: fromPromise<void, LayerInput & { nP: number }>(async ({ input }) =>
-            this.window ? this.blockingLayer(input.layer, input.nP, signal) : this.clusterLayer(input.layer, input.nP, signal),
-          ),
-          logits: fromPromise<number, LayerInput>(async () => (await this.compute.run({ op: "logits" }, { lane: "compute", name: "logits" })).logits!),
         },
         actions: {
           prefetchNext: (_, params: { layer: number }) => {
@@ -277,16 +293,33 @@ export class PipelineRuntime {
   /** Post layer `layer`'s attention and predictor tasks (they run after everything posted before). */
   private postLayerStart(layer: number): void {
     const { token, pos } = this.cur!;
-    const attention = this.compute.run(
-      { op: "attention", layer, pos0: pos, nTok: 1, tokens: layer === 0 ? [token] : undefined },
-      { lane: "compute", name: "attention", layer },
-    );
-    const predict = this.compute
-      .run({ op: "predict", layer, oracle: this.sp.engine.mode === "oracle" }, { lane: "predictor", name: "predict", layer })
-      .then((r) => r.nP!);
+    const tokens = layer === 0 ? [token] : undefined;
+    const oracle = this.sp.engine.mode === "oracle";
+    if (this.frontBack) {
+      const front = this.compute.run(this.frontTask(layer), this.frontSpans(layer));
+      front.catch(() => {});
+      this.ahead = { layer, attention: front, predict: front.then((r) => r.nP!), front };
+      this.ahead.predict.catch(() => {});
+      return;
+    }
+    const attention = this.compute.run({ op: "attention", layer, pos0: pos, nTok: 1, tokens }, { lane: "compute", name: "attention", layer });
+    const predict = this.compute.run({ op: "predict", layer, oracle }, { lane: "predictor", name: "predict", layer }).then((r) => r.nP!);
     attention.catch(() => {});
     predict.catch(() => {});
     this.ahead = { layer, attention, predict };
+  }
+
+  private frontTask(layer: number): FrontTask {
+    const { token, pos } = this.cur!;
+    return { op: "front", key: this.compute.key, layer, pos0: pos, nTok: 1, tokens: layer === 0 ? [token] : undefined, oracle: this.sp.engine.mode === "oracle" };
+  }
+
+  private frontSpans(layer: number): SpanInfo[] {
+    return [
+      { lane: "compute", name: "attention", layer },
+      { lane: "predictor", name: "predict", layer },
+      { lane: "compute", name: "gate", layer, cluster: 0 },
+    ];
   }
 
   /** After a layer's last FFN task is posted: queue the next layer's start behind it, unless cancelled. */
@@ -337,7 +370,11 @@ export class PipelineRuntime {
         arena: cache.arena,
         slotBytes: cache.slotBytes,
         slots: plan.slots,
-        gateBytes: pack.gateBytes,
+        upOffset: cache.upOffset,
+        downOffset: cache.downOffset,
+        gateRows: cache.gateRows,
+        pinned: cache.pinned,
+        slotOf: cache.slotTable,
         scratch: engine.scratch,
         off: engine.off,
         pred: engine.pred,
@@ -350,6 +387,7 @@ export class PipelineRuntime {
         bundleScratch: engine.scratch, // free during prefill: the decode scratch doubles as the dense FFN's
       },
       threads: this.threads,
+      ioDone: this.io.ioDone,
       cores: this.knobs.bigCores,
       role: "big",
     });
@@ -376,7 +414,9 @@ export class PipelineRuntime {
     const { P, slots } = this.v;
     const W = this.knobs.clusterNeurons;
     const running: Promise<void>[] = [];
-    let prevPosted: Promise<void> = Promise.resolve();
+    // clusters whose down is posted (or who have none), in order: cluster c may accumulate
+    // into o as soon as downsPosted === c
+    const order = { downsPosted: 0, chain: Promise.resolve() };
     let failed = false;
     cache.beginWindow();
     let cluster = 0;
@@ -395,35 +435,65 @@ export class PipelineRuntime {
         continue;
       }
       this.submit(cache.takeBatches(), cache.arena);
-      const deps = this.pendingOf(cache.slotBatch, slots, i, end - i);
+      // pinned gate rows never wait for reads
+      const deps = cache.pinned ? new Set<number>() : this.pendingOf(cache.slotBatch, slots, i, end - i);
+      // every neuron complete and landed: gate, up and down in one task, no round trip between
+      const resident = deps.size === 0 && cache.allFull(layer, P, i, end);
       this.traceRec?.span({ lane: "scheduler", name: "plan", t0: tp, t1: nowUs(), token: this.compute.token, layer, cluster, neurons: end - i });
-      const prev = prevPosted;
-      let posted!: () => void;
-      prevPosted = new Promise<void>((r) => (posted = r));
-      const p = this.cluster(layer, cluster++, i, end - i, deps, prev, posted);
+      const p = this.cluster(layer, cluster++, i, end - i, deps, resident, order);
       p.catch(() => (failed = true));
       running.push(p);
       i = end;
     }
-    if (!failed && !signal?.aborted) void prevPosted.then(() => (failed || signal?.aborted ? undefined : this.lookahead(layer)));
+    if (!failed && !signal?.aborted) void order.chain.then(() => (failed || signal?.aborted ? undefined : this.lookahead(layer)));
     const results = await Promise.allSettled(running);
     const bad = results.find((r) => r.status === "rejected") as PromiseRejectedResult | undefined;
     if (bad) throw bad.reason;
     if (signal?.aborted) throw abortError(signal);
   }
 
-  private async cluster(layer: number, cluster: number, start: number, m: number, deps: Set<number>, prev: Promise<void>, posted: () => void): Promise<void> {
-    const { cache, engine } = this.sp;
-    const { slots, aPos, aSlots } = this.v;
+  /**
+   * One cluster: gate → (reads of the fired) → up → down, the down posted after the previous
+   * cluster's. A resident cluster whose turn to accumulate has come runs as one `ffn` task.
+   */
+  private async cluster(
+    layer: number,
+    cluster: number,
+    start: number,
+    m: number,
+    deps: Set<number>,
+    resident: boolean,
+    order: { downsPosted: number; chain: Promise<void> },
+  ): Promise<void> {
+    const { cache } = this.sp;
+    const { aPos, aSlots } = this.v;
+    const prev = order.chain;
+    let posted!: () => void;
+    order.chain = new Promise<void>((r) => {
+      posted = () => {
+        order.downsPosted = Math.max(order.downsPosted, cluster + 1);
+        r();
+      };
+    });
     try {
+      if (resident && order.downsPosted === cluster) {
+        const f = this.compute.run({ op: "ffn", layer, start, count: m }, { lane: "compute", name: "ffn", layer, cluster, neurons: m });
+        posted();
+        const g = await f;
+        this.afterGate(layer, start, g.nA!, g.nSilent!);
+        if (g.nA! > 0) {
+          cache.loadUpDown(layer, aPos.subarray(start), g.nA!, aSlots.subarray(start)); // all hits: counts only
+          if (cache.takeBatches().length > 0) throw new Error(`pipeline: layer ${layer} cluster ${cluster} was resident but needs reads (internal accounting error)`);
+        }
+        return;
+      }
       await this.io.wait(deps);
       const g = await this.compute.run({ op: "gate", layer, start, count: m }, { lane: "compute", name: "gate", layer, cluster, neurons: m });
       const nA = g.nA!;
-      engine.stats[layer]!.fired += nA;
-      cache.demoteSilent(layer, slots.subarray(start), g.nSilent!);
+      this.afterGate(layer, start, nA, g.nSilent!);
       let up: Promise<unknown> | undefined;
       if (nA > 0) {
-        cache.loadUpDown(layer, aPos.subarray(start), nA);
+        cache.loadUpDown(layer, aPos.subarray(start), nA, aSlots.subarray(start));
         this.submit(cache.takeBatches(), cache.arena);
         await this.io.wait(this.pendingOf(cache.slotBatch, aSlots, start, nA));
         up = this.compute.run({ op: "up", layer, start, nA }, { lane: "compute", name: "up", layer, cluster, neurons: nA });
@@ -436,6 +506,68 @@ export class PipelineRuntime {
     } finally {
       posted();
     }
+  }
+
+  /** Bookkeeping once a cluster's gates are known: counts, silent neurons to the LRU's tail. */
+  private afterGate(layer: number, start: number, nA: number, nSilent: number): void {
+    const { cache, engine } = this.sp;
+    engine.stats[layer]!.fired += nA;
+    cache.demoteSilent(layer, this.v.slots.subarray(start), nSilent);
+  }
+
+  /**
+   * pipeline mode with pinned gate rows: the front task has computed every predicted gate; read
+   * the up+down rows of the fired neurons that are not resident, and post the back task (which
+   * waits on the reads' completion flags in the worker) and the next layer's front behind it —
+   * the scheduler is off the path from reads to compute.
+   */
+  private async pinnedLayer(layer: number, nP: number, signal?: AbortSignal): Promise<void> {
+    const { cache, engine } = this.sp;
+    const { P, slots, aPos, aSlots } = this.v;
+    const front = await this.layerFront!;
+    this.layerFront = undefined;
+    if (signal?.aborted) throw abortError(signal);
+    const tp = nowUs();
+    cache.beginWindow();
+    if (cache.loadGates(layer, P, 0, nP, slots) !== nP) throw new Error(`pipeline: layer ${layer}'s predicted neurons do not fit the cold region (internal accounting error)`);
+    const nA = front.nA!;
+    engine.stats[layer]!.fired += nA;
+    if (nA > 0) {
+      cache.loadUpDown(layer, aPos, nA, aSlots);
+      this.submit(cache.takeBatches(), cache.arena);
+    }
+    // batches the fired neurons wait for (this layer's reads; a prefetch still in flight), and
+    // the prefix of fired neurons (pack order) that waits for none
+    const wait = new Set<number>();
+    let ready = -1;
+    for (let k = 0; k < nA; k++) {
+      const b = cache.slotBatch[aSlots[k]!]!;
+      if (b > 0 && this.io.isPending(b)) {
+        wait.add(b);
+        if (ready < 0) ready = k;
+      }
+    }
+    if (ready < 0) ready = nA;
+    const ids = [...wait];
+    this.traceRec?.span({ lane: "scheduler", name: "plan", t0: tp, t1: nowUs(), token: this.compute.token, layer, cluster: 0, neurons: nP });
+    const next = layer + 1 < this.sp.pack.config.nLayer && !signal?.aborted ? this.frontTask(layer + 1) : undefined;
+    const up = { lane: "compute", name: "up", layer, cluster: 0, neurons: nA } as const;
+    const down = { lane: "compute", name: "down", layer, cluster: 0, neurons: nA } as const;
+    const back = this.compute.run({ op: "back", layer, nA, ready, batches: ids, next }, [up, down, up, down]);
+    if (next) {
+      // the next layer's front runs in the same task, right after this back
+      const f = back.then((r) => {
+        this.compute.record(r.front!, this.frontSpans(layer + 1));
+        return r.front!;
+      });
+      f.catch(() => {});
+      this.ahead = { layer: layer + 1, attention: f, predict: f.then((r) => r.nP!), front: f };
+      this.ahead.predict.catch(() => {});
+    }
+    // an I/O failure is reported with its own cause, not as the back task's "batch failed"
+    const [io, b] = await Promise.allSettled([this.io.wait(ids), back]);
+    if (io.status === "rejected") throw io.reason;
+    if (b.status === "rejected") throw b.reason;
   }
 
   /** blocking mode: read every missing bundle of the layer's predicted neurons, then compute them. */
@@ -458,6 +590,8 @@ export class PipelineRuntime {
 
   async dispose(): Promise<void> {
     await this.idle().catch(() => {});
+    this.compute.close();
+    this.io.close();
     await Promise.all([this.computePool.destroy(), this.ioPool.destroy()]);
   }
 }
