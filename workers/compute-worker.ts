@@ -25,9 +25,19 @@ interface State {
   scores: Float32Array;
   slotOf: Int32Array;
   ioDone: Int32Array;
+  /** Fired neurons [0, prefixDone) of the current layer already computed (resident prefix), with their up/down intervals. */
+  prefixDone: number;
+  prefixCuts: number[];
 }
 
 let state: State | undefined;
+let afterAnswer: (() => void) | undefined; // work queued by the last task for after its answer
+
+function runAfterAnswer(): void {
+  const f = afterAnswer;
+  afterAnswer = undefined;
+  f?.(); // kernels on validated descriptors: nothing to throw
+}
 let tid = 0;
 
 function setUp(init: ComputeInit): State {
@@ -50,6 +60,8 @@ function setUp(init: ComputeInit): State {
     scores: n.viewF32(f.scratch, f.off.scores, nFF),
     slotOf: n.viewI32(f.slotOf.buf, f.slotOf.off, init.cfg.nLayer * nFF),
     ioDone: new Int32Array(init.ioDone),
+    prefixDone: 0,
+    prefixCuts: [],
   };
 }
 
@@ -59,7 +71,7 @@ export default function compute(task: ComputeTask): ComputeResult {
     const { port, ...init } = task;
     state = setUp(init);
     // later tasks of this session come over the direct channel (a new init brings a new one)
-    if (port) serveChannel(port, compute);
+    if (port) serveChannel(port, compute, runAfterAnswer);
     return { t0, t1: nowUs(), tid };
   }
   const s = state;
@@ -75,11 +87,12 @@ export default function compute(task: ComputeTask): ComputeResult {
       Object.assign(out, front(n, s, task));
       break;
     case "back": {
-      // resident fired neurons first (pack order: the prefix before the first one being read)
-      const a = upDown(n, s, 0, task.ready);
+      // the resident prefix ran after the front's answer; wait for the reads, then the rest
       for (const b of task.batches) waitBatch(s.ioDone, b, `compute worker: layer ${task.layer}`);
-      const c = upDown(n, s, task.ready, task.nA); // the wait between is not a kernel span
-      out.cuts = [...a, ...c];
+      const c = upDown(n, s, s.prefixDone, task.nA); // the wait before is not a kernel span
+      out.cuts = [...s.prefixCuts, ...c];
+      s.prefixDone = 0;
+      s.prefixCuts = [];
       if (task.next) {
         out.t1 = c[3]!;
         out.front = front(n, s, task.next);
@@ -143,6 +156,15 @@ function front(n: NativeAddon, s: State, task: FrontTask): ComputeResult {
   const base = task.layer * s.init.cfg.nFF;
   for (let k = 0; k < nP; k++) s.slots[k] = base + s.P[k]!;
   const g = gate(n, s, task.layer, 0, nP);
+  // the resident prefix of the fired neurons, computed once this answer is posted
+  let prefix = 0;
+  if (task.prefix) while (prefix < g.nA && s.aSlots[prefix]! >= 0) prefix++;
+  s.prefixDone = 0;
+  s.prefixCuts = [];
+  afterAnswer = () => {
+    s.prefixCuts = upDown(n, s, 0, prefix);
+    s.prefixDone = prefix;
+  };
   const t1 = nowUs();
   return { t0, t1, tid, nP, ...g, cuts: [t0, m1, m1, m2, m2, t1] };
 }

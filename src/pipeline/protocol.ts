@@ -58,6 +58,13 @@ export interface FrontTask {
   nTok: number;
   tokens?: number[];
   oracle: boolean;
+  /**
+   * After answering, compute up+down of the fired neurons resident at gate time, in pack order
+   * up to the first one that is not (pack order is hot-first: most of them), while the
+   * scheduler plans the reads. Only when no read can be in flight for a resident slot (no
+   * prefetch), so "resident" means "landed".
+   */
+  prefix: boolean;
 }
 
 export type ComputeTask =
@@ -81,12 +88,12 @@ export type ComputeTask =
    */
   | FrontTask
   /**
-   * Pinned gate rows: the back of a layer — up, act and down of the first `ready` fired neurons
-   * (resident: computed while the reads are in flight), then wait until the read batches have
-   * landed (ioDone flags), then the rest, in pack order. With `next`, the next layer's front
+   * Pinned gate rows: the back of a layer — the fired neurons after the resident prefix the
+   * worker computed right after answering the front (see FrontTask.prefix): wait until the read
+   * batches have landed (ioDone flags), then up, act and down of the rest, in pack order. With `next`, the next layer's front
    * runs right after, in the same task (its answer in `front`).
    */
-  | { op: "back"; key: string; layer: number; nA: number; ready: number; batches: number[]; next?: FrontTask }
+  | { op: "back"; key: string; layer: number; nA: number; batches: number[]; next?: FrontTask }
   /** x += o of the last layer; logits of the last token. */
   | { op: "logits"; key: string }
   /** dense batched forward of a prompt batch, FFN streamed from the pack; logits of the last token. */

@@ -311,7 +311,16 @@ export class PipelineRuntime {
 
   private frontTask(layer: number): FrontTask {
     const { token, pos } = this.cur!;
-    return { op: "front", key: this.compute.key, layer, pos0: pos, nTok: 1, tokens: layer === 0 ? [token] : undefined, oracle: this.sp.engine.mode === "oracle" };
+    return {
+      op: "front",
+      key: this.compute.key,
+      layer,
+      pos0: pos,
+      nTok: 1,
+      tokens: layer === 0 ? [token] : undefined,
+      oracle: this.sp.engine.mode === "oracle",
+      prefix: this.knobs.prefetchClusters === 0, // a prefetch in flight would make "resident" not "landed"
+    };
   }
 
   private frontSpans(layer: number): SpanInfo[] {
@@ -536,24 +545,18 @@ export class PipelineRuntime {
       cache.loadUpDown(layer, aPos, nA, aSlots);
       this.submit(cache.takeBatches(), cache.arena);
     }
-    // batches the fired neurons wait for (this layer's reads; a prefetch still in flight), and
-    // the prefix of fired neurons (pack order) that waits for none
+    // batches the fired neurons wait for (this layer's reads; a prefetch still in flight)
     const wait = new Set<number>();
-    let ready = -1;
     for (let k = 0; k < nA; k++) {
       const b = cache.slotBatch[aSlots[k]!]!;
-      if (b > 0 && this.io.isPending(b)) {
-        wait.add(b);
-        if (ready < 0) ready = k;
-      }
+      if (b > 0 && this.io.isPending(b)) wait.add(b);
     }
-    if (ready < 0) ready = nA;
     const ids = [...wait];
     this.traceRec?.span({ lane: "scheduler", name: "plan", t0: tp, t1: nowUs(), token: this.compute.token, layer, cluster: 0, neurons: nP });
     const next = layer + 1 < this.sp.pack.config.nLayer && !signal?.aborted ? this.frontTask(layer + 1) : undefined;
     const up = { lane: "compute", name: "up", layer, cluster: 0, neurons: nA } as const;
     const down = { lane: "compute", name: "down", layer, cluster: 0, neurons: nA } as const;
-    const back = this.compute.run({ op: "back", layer, nA, ready, batches: ids, next }, [up, down, up, down]);
+    const back = this.compute.run({ op: "back", layer, nA, batches: ids, next }, [up, down, up, down]);
     if (next) {
       // the next layer's front runs in the same task, right after this back
       const f = back.then((r) => {

@@ -87,8 +87,12 @@ export class WorkerChannel<Req, Res> {
   }
 }
 
-/** Worker side: answer every request on `port` with handler(msg), in arrival order. */
-export function serveChannel<Req, Res>(port: MessagePort, handler: (msg: Req) => Res): void {
+/**
+ * Worker side: answer every request on `port` with handler(msg), in arrival order. `after`, if
+ * given, runs once each answer is posted and before the next request: work the answer's
+ * receiver need not wait for (it must not throw).
+ */
+export function serveChannel<Req, Res>(port: MessagePort, handler: (msg: Req) => Res, after?: () => void): void {
   port.on("message", ({ id, msg }: { id: number; msg: Req }) => {
     let a: Answer;
     try {
@@ -97,6 +101,7 @@ export function serveChannel<Req, Res>(port: MessagePort, handler: (msg: Req) =>
       a = { id, error: (e as Error)?.message ?? String(e) };
     }
     port.postMessage(a);
+    after?.();
   });
 }
 

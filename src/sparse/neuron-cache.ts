@@ -284,6 +284,7 @@ export class NeuronCache {
           // cold (resident or not): its slot must not be evicted before this window ends
           if (this.coldUsed === coldCap) break;
           this.coldUsed++;
+          if (s >= 0) this.lru.touch(s); // at the head: evictions in this window take other slots
         } else this.frameUse[(s / this.C) | 0] = tick;
         st.gateAccesses++;
         st.gateHits++;
@@ -345,7 +346,8 @@ export class NeuronCache {
       if (this.state[g] === FULL) {
         st.upDownHits++;
         if (this.pinned && s >= this.plan.hotSlots) this.lru.touch(s);
-        slotsOut[k] = s;
+        // a compute worker may be reading the resident ones' entries right now: write only what changes
+        if (slotsOut[k] !== s) slotsOut[k] = s;
         continue;
       }
       if (s < 0) {
