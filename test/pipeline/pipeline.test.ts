@@ -105,6 +105,25 @@ describe("modes on one pack, 50% of the FFN offloaded", () => {
     }
   }, 120_000);
 
+  it("gate rows pinned, front/back tasks per layer (cold region ≥ one layer): oracle and trained decode the dense engine's 64 tokens, with reads", async () => {
+    // a small hot share leaves a cold region holding a whole layer: the front/back path
+    for (const predictor of ["oracle", "trained"] as const) {
+      const m = await loadSparseModel(packPath, { memory: budget(0.5, predictor === "trained"), predictor, engine: "pipeline", hotShare: 0.25, contextSize: ctx });
+      try {
+        expect(m.sparse!.plan.gatesPinned).toBe(true);
+        expect(m.sparse!.pipeline!.describe()).toMatch(/one front .* and one back .* task per layer/);
+        const r = await generate(m, 64);
+        expect(r.error).toBeUndefined();
+        expect(r.ids, predictor).toEqual(dense);
+        const rep = m.sparse!.report();
+        expect(rep.reduce((a, l) => a + l.bytesRead, 0), predictor).toBeGreaterThan(0); // up+down rows were read
+        expect(rep.every((l) => l.gateHits === l.gateAccesses)).toBe(true); // never a gate
+      } finally {
+        await closeModel(m);
+      }
+    }
+  }, 120_000);
+
   it("trained predictor: pipeline and blocking decode the same 64 tokens, and the dense engine's", async () => {
     const got: number[][] = [];
     for (const engine of ["pipeline", "blocking"] as const) {
@@ -219,6 +238,29 @@ describe("cancellation and failure", () => {
       console.log(`killed worker: ${r.error?.message}`);
       expect(r.ids.length).toBeGreaterThanOrEqual(4);
       expect(r.ids.length).toBeLessThan(64);
+      const again = await generate(m, 64);
+      expect(again.error).toBeUndefined();
+      expect(again.ids).toEqual(dense);
+    } finally {
+      await closeModel(m);
+    }
+  }, 120_000);
+
+  it("an I/O error under front/back tasks (the compute worker waiting on a read's flag) fails the session with the loader's cause, without hanging", async () => {
+    const copy = join(dir, "copy-fb.pack.gguf");
+    copyFileSync(packPath, copy);
+    const pack = openPack(copy);
+    const m = await loadSparseModel(copy, { memory: budget(0.5, false), predictor: "oracle", engine: "pipeline", hotShare: 0.25, contextSize: ctx });
+    try {
+      expect(m.sparse!.pipeline!.describe()).toMatch(/one front/);
+      const r = await generate(m, 64, {
+        onToken: (i) => {
+          if (i === 4) truncateSync(copy, pack.layers[1]!.bundlesOffset);
+        },
+      });
+      expect(r.state).toBe("failed");
+      expect(r.error?.message).toMatch(/I\/O loader .*copy-fb\.pack\.gguf.*offset \d+/);
+      copyFileSync(packPath, copy);
       const again = await generate(m, 64);
       expect(again.error).toBeUndefined();
       expect(again.ids).toEqual(dense);
