@@ -246,53 +246,39 @@ describe("cancellation and failure", () => {
     }
   }, 120_000);
 
-  it("an I/O error under front/back tasks (the compute worker waiting on a read's flag) fails the session with the loader's cause, without hanging", async () => {
-    const copy = join(dir, "copy-fb.pack.gguf");
+  /**
+   * Truncate a copy of the pack at layer 1's bundles while token 4 is decoded: the session must
+   * fail naming the loader, the file and an offset; with the file whole again (same inode: the
+   * open loader reads it again) the next generation decodes the dense tokens.
+   */
+  async function ioErrorCase(name: string, opts: Partial<SparseLoadOptions>, check: (m: Model) => void): Promise<string> {
+    const copy = join(dir, name);
     copyFileSync(packPath, copy);
     const pack = openPack(copy);
-    const m = await loadSparseModel(copy, { memory: budget(0.5, false), predictor: "oracle", engine: "pipeline", hotShare: 0.25, contextSize: ctx });
+    const m = await loadSparseModel(copy, { memory: budget(0.5, false), predictor: "oracle", engine: "pipeline", contextSize: ctx, ...opts });
     try {
-      expect(m.sparse!.pipeline!.describe()).toMatch(/one front/);
-      const r = await generate(m, 64, {
-        onToken: (i) => {
-          if (i === 4) truncateSync(copy, pack.layers[1]!.bundlesOffset);
-        },
-      });
+      check(m);
+      const r = await generate(m, 64, { onToken: (i) => (i === 4 ? truncateSync(copy, pack.layers[1]!.bundlesOffset) : undefined) });
       expect(r.state).toBe("failed");
-      expect(r.error?.message).toMatch(/I\/O loader .*copy-fb\.pack\.gguf.*offset \d+/);
+      expect(r.error?.message).toMatch(new RegExp(`I/O loader .*${name.replace(/\./g, "\\.")}.*offset \\d+`));
       copyFileSync(packPath, copy);
       const again = await generate(m, 64);
       expect(again.error).toBeUndefined();
       expect(again.ids).toEqual(dense);
+      return r.error!.message;
     } finally {
       await closeModel(m);
     }
-  }, 120_000);
+  }
 
   it("an I/O error fails the session naming the file and offset; after the file is whole again the next generation works", async () => {
-    const copy = join(dir, "copy.pack.gguf");
-    copyFileSync(packPath, copy);
-    const pack = openPack(copy);
     // gate rows cached, not pinned: every token reads gate blocks of every layer, so the
     // truncation is hit on the next token
-    const m = await loadSparseModel(copy, { memory: budget(0.5, false), predictor: "oracle", engine: "pipeline", pinGates: false, contextSize: ctx });
-    try {
-      expect(m.sparse!.plan.gatesPinned).toBe(false);
-      const r = await generate(m, 64, {
-        onToken: (i) => {
-          if (i === 4) truncateSync(copy, pack.layers[1]!.bundlesOffset); // layers 1.. no longer readable
-        },
-      });
-      expect(r.state).toBe("failed");
-      expect(r.error?.message).toMatch(/I\/O loader .*copy\.pack\.gguf/);
-      expect(r.error?.message).toMatch(/offset \d+/);
-      console.log(`I/O error: ${r.error?.message}`);
-      copyFileSync(packPath, copy); // same inode: the open loader reads the whole file again
-      const again = await generate(m, 64);
-      expect(again.error).toBeUndefined();
-      expect(again.ids).toEqual(dense);
-    } finally {
-      await closeModel(m);
-    }
+    const msg = await ioErrorCase("copy.pack.gguf", { pinGates: false }, (m) => expect(m.sparse!.plan.gatesPinned).toBe(false));
+    console.log(`I/O error: ${msg}`);
+  }, 120_000);
+
+  it("an I/O error under front/back tasks (the compute worker waiting on a read's flag) fails the session with the loader's cause, without hanging", async () => {
+    await ioErrorCase("copy-fb.pack.gguf", { hotShare: 0.25 }, (m) => expect(m.sparse!.pipeline!.describe()).toMatch(/one front/));
   }, 120_000);
 });
