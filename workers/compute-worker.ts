@@ -31,6 +31,7 @@ interface State {
 }
 
 let state: State | undefined;
+let tid = 0;
 let afterAnswer: (() => void) | undefined; // work queued by the last task for after its answer
 
 function runAfterAnswer(): void {
@@ -38,7 +39,6 @@ function runAfterAnswer(): void {
   afterAnswer = undefined;
   f?.(); // kernels on validated descriptors: nothing to throw
 }
-let tid = 0;
 
 function setUp(init: ComputeInit): State {
   const n = native();
@@ -78,7 +78,7 @@ export default function compute(task: ComputeTask): ComputeResult {
   if (!s || s.init.key !== task.key) throw new Error(`compute worker: not initialised for session ${task.key} (task ${task.op})`);
   const out: ComputeResult = { t0, t1: 0, tid };
   const n = native();
-  const { cfg, rs, kv } = s.init;
+  const { cfg, rs } = s.init;
   switch (task.op) {
     case "attention":
       attention(s, task.layer, task.pos0, task.nTok, task.tokens);
@@ -114,10 +114,7 @@ export default function compute(task: ComputeTask): ComputeResult {
       break;
     case "ffn": {
       const g = gate(n, s, task.layer, task.start, task.count);
-      if (g.nA > 0) {
-        up(n, s, task.start, g.nA);
-        down(n, s, task.start, g.nA);
-      }
+      upDown(n, s, task.start, task.start + g.nA);
       Object.assign(out, g);
       break;
     }

@@ -8,34 +8,21 @@ import { nowUs } from "../src/pipeline/trace.js";
 import { serveChannel } from "../src/pipeline/worker-channel.js";
 import { markBatch } from "../src/pipeline/io-flags.js";
 
-let pinned = "";
 let tid = 0;
 let flags: Int32Array | undefined;
 
-/** Piscina task: the init (pin, then serve the direct channel the batches come through) or one batch. */
-export default function handle(task: IoTask | IoInit): IoResult | { tid: number } {
-  if (task.op === "init") {
-    pin(task.cores);
-    flags = new Int32Array(task.ioDone);
-    serveChannel(task.port, read);
-    return { tid };
-  }
-  return read(task);
-}
-
-function pin(cores?: number[]): void {
+/** The piscina task: the init — pin the thread, then serve the direct channel the batches come through. */
+export default function init(task: IoInit): { tid: number } {
   const n = native();
-  const want = cores?.join(",") ?? "";
-  if (want !== pinned) {
-    if (cores) n.setAffinity(cores);
-    pinned = want;
-  }
-  tid ||= n.threadInfo().tid;
+  if (task.cores) n.setAffinity(task.cores);
+  tid = n.threadInfo().tid;
+  flags = new Int32Array(task.ioDone);
+  serveChannel(task.port, read);
+  return { tid };
 }
 
 function read(task: IoTask): IoResult {
   const n = native();
-  pin(task.cores);
   const t0 = nowUs();
   let bytes: number;
   try {

@@ -22,7 +22,6 @@ export class ComputeActor {
   key = "";
   trace?: TraceRecorder;
   token = -1;
-  busyUs = 0; // sum of task intervals (kernels and the worker's own bookkeeping)
   private lost = false; // the worker thread exited since the last init
   private channel?: WorkerChannel<ComputeTask, ComputeResult>;
 
@@ -44,7 +43,6 @@ export class ComputeActor {
     if (this.lost) throw new Error(`compute worker (${this.role}): its thread exited (crashed or killed) and was replaced; this generation's work on it is lost`);
     if (!this.channel) throw new Error(`compute worker (${this.role}): not initialised`);
     const r = await this.channel.request({ ...task, key: this.key } as ComputeTask); // its errors name the worker
-    this.busyUs += r.t1 - r.t0;
     if (this.trace) this.record(r, span);
     return r;
   }
@@ -64,9 +62,7 @@ export class ComputeActor {
     this.channel?.close("replaced by a new session's channel");
     this.channel = undefined;
     try {
-      this.channel = await openChannel<ComputeTask, ComputeResult>(this.pool, `compute worker (${this.role})`, (port) => ({ ...init, port }), () =>
-        "its thread exited (crashed or killed): the channel closed",
-      );
+      this.channel = await openChannel<ComputeTask, ComputeResult>(this.pool, `compute worker (${this.role})`, (port) => ({ ...init, port }));
       this.lost = false; // a live worker answered the init
     } catch (e) {
       this.key = "";

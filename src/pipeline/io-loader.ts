@@ -40,34 +40,23 @@ export class IoLoader {
   readonly failed = new Set<number>();
   token = -1; // decode step, for trace records
   trace?: TraceRecorder;
-  bytes = 0;
-  reads = 0;
 
   private channel?: WorkerChannel<IoTask, IoResult>;
   private ready!: Promise<WorkerChannel<IoTask, IoResult>>;
-  private lost = false; // the worker thread exited since the channel was opened
   /** Completion flags of read batches, shared with the compute worker (io-flags.ts). */
   readonly ioDone = createIoFlags();
   private readonly flags = new Int32Array(this.ioDone);
 
   constructor(private readonly o: IoLoaderOptions) {
     this.freeChunks = Array.from({ length: o.chunks }, (_, i) => i);
-    o.pool.on("workerDestroy", () => (this.lost = true));
     this.open();
   }
 
   /** A channel to the worker (again, after its thread was replaced), delivered by piscina. */
   private open(): void {
     this.channel = undefined;
-    this.ready = openChannel<IoTask, IoResult>(this.o.pool, `I/O loader (${this.o.device})`, (port): IoInit => ({ op: "init", cores: this.o.cores, port, ioDone: this.ioDone }), () =>
-      "its thread exited (crashed or killed): the channel closed",
-    );
-    this.ready
-      .then((ch) => {
-        this.channel = ch;
-        this.lost = false; // a live worker answered the init
-      })
-      .catch(() => {});
+    this.ready = openChannel<IoTask, IoResult>(this.o.pool, `I/O loader (${this.o.device})`, (port): IoInit => ({ op: "init", cores: this.o.cores, port, ioDone: this.ioDone }));
+    this.ready.then((ch) => (this.channel = ch)).catch(() => {});
   }
 
   /** Close the channel (the pool is destroyed by its owner). */
@@ -119,10 +108,6 @@ export class IoLoader {
     if (!this.channel || this.channel.closed) this.open();
   }
 
-  get idle(): boolean {
-    return this.pending.size === 0;
-  }
-
   private dispatch(): void {
     const max = this.o.inFlight ?? 2;
     while (this.running < max && this.freeChunks.length > 0) {
@@ -142,14 +127,12 @@ export class IoLoader {
     }
     const copies = Float64Array.from(batch.copies);
     for (let i = 1; i < copies.length; i += 3) copies[i]! += base;
-    const task: IoTask = { op: "read", loader: this.o.loader, reqs, arena: q.arena, staging: this.o.staging, copies, cores: this.o.cores, batch: batch.id };
+    const task: IoTask = { op: "read", loader: this.o.loader, reqs, arena: q.arena, staging: this.o.staging, copies, batch: batch.id };
     this.running++;
     this.ready.then((ch) => ch.request(task)).then(
       (r) => {
         this.running--;
         this.freeChunks.push(chunk);
-        this.bytes += batch.bytes;
-        this.reads += batch.reads;
         this.trace?.span({ lane: "io", name: "read", t0: r.t0, t1: r.t1, token: this.token, layer: batch.layer, bytes: batch.bytes, reads: batch.reads, phase: batch.phase });
         q.resolve();
         this.dispatch();

@@ -121,7 +121,6 @@ export interface IoTask {
   arena: number;
   staging: number;
   copies: Float64Array; // [arenaOffset, stagingOffset, length]…
-  cores?: number[];
   batch: number; // batch id: its ioDone flag is set when the copies are done (or failed)
 }
 

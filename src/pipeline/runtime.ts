@@ -292,18 +292,16 @@ export class PipelineRuntime {
 
   /** Post layer `layer`'s attention and predictor tasks (they run after everything posted before). */
   private postLayerStart(layer: number): void {
-    const { token, pos } = this.cur!;
-    const tokens = layer === 0 ? [token] : undefined;
-    const oracle = this.sp.engine.mode === "oracle";
+    const f = this.frontTask(layer);
     if (this.frontBack) {
-      const front = this.compute.run(this.frontTask(layer), this.frontSpans(layer));
+      const front = this.compute.run(f, this.frontSpans(layer));
       front.catch(() => {});
       this.ahead = { layer, attention: front, predict: front.then((r) => r.nP!), front };
       this.ahead.predict.catch(() => {});
       return;
     }
-    const attention = this.compute.run({ op: "attention", layer, pos0: pos, nTok: 1, tokens }, { lane: "compute", name: "attention", layer });
-    const predict = this.compute.run({ op: "predict", layer, oracle }, { lane: "predictor", name: "predict", layer }).then((r) => r.nP!);
+    const attention = this.compute.run({ op: "attention", layer, pos0: f.pos0, nTok: f.nTok, tokens: f.tokens }, { lane: "compute", name: "attention", layer });
+    const predict = this.compute.run({ op: "predict", layer, oracle: f.oracle }, { lane: "predictor", name: "predict", layer }).then((r) => r.nP!);
     attention.catch(() => {});
     predict.catch(() => {});
     this.ahead = { layer, attention, predict };
@@ -407,12 +405,13 @@ export class PipelineRuntime {
     for (const b of batches) this.io.submit(b, arena).catch(() => {}); // failures reach the waiting cluster through io.wait
   }
 
-  /** Distinct batches still to land in the slots arr[start, start+count). */
+  /** Distinct batches the slots arr[start, start+count) still wait for (queued, in flight, or failed). */
   private pendingOf(slotBatch: Int32Array, arr: Int32Array, start: number, count: number): Set<number> {
+    // batches that landed long ago are no dependency; failed ones are (waiting on them throws)
     const ids = new Set<number>();
     for (let k = start; k < start + count; k++) {
       const b = slotBatch[arr[k]!]!;
-      if (b > 0) ids.add(b);
+      if (b > 0 && (this.io.isPending(b) || this.io.failed.has(b))) ids.add(b);
     }
     return ids;
   }
@@ -546,12 +545,7 @@ export class PipelineRuntime {
       this.submit(cache.takeBatches(), cache.arena);
     }
     // batches the fired neurons wait for (this layer's reads; a prefetch still in flight)
-    const wait = new Set<number>();
-    for (let k = 0; k < nA; k++) {
-      const b = cache.slotBatch[aSlots[k]!]!;
-      if (b > 0 && this.io.isPending(b)) wait.add(b);
-    }
-    const ids = [...wait];
+    const ids = [...this.pendingOf(cache.slotBatch, aSlots, 0, nA)];
     this.traceRec?.span({ lane: "scheduler", name: "plan", t0: tp, t1: nowUs(), token: this.compute.token, layer, cluster: 0, neurons: nP });
     const next = layer + 1 < this.sp.pack.config.nLayer && !signal?.aborted ? this.frontTask(layer + 1) : undefined;
     const up = { lane: "compute", name: "up", layer, cluster: 0, neurons: nA } as const;

@@ -29,16 +29,14 @@ export class WorkerChannel<Req, Res> {
   private seq = 0;
   private closedBy?: Error;
 
-  /** `what` names the worker in errors; `onClose` says why the far end went away (e.g. the thread exited). */
-  constructor(
-    readonly what: string,
-    private readonly onClose: () => string = () => "the worker's end of the channel closed",
-  ) {
+  /** `what` names the worker in errors. */
+  constructor(readonly what: string) {
     const { port1, port2 } = new MessageChannel();
     this.port = port1;
     this.remote = port2;
     port1.on("message", (a: Answer) => this.answer(a));
-    port1.on("close", () => this.fail(new Error(`${what}: ${this.onClose()}`)));
+    // a worker never closes its end: the far end goes away when its thread exits
+    port1.on("close", () => this.fail(new Error(`${what}: its thread exited (crashed or killed): the channel closed`)));
     port1.unref(); // referenced only while requests are pending (see request)
   }
 
@@ -115,10 +113,9 @@ export async function openChannel<Req, Res>(
   pool: Piscina,
   what: string,
   initFor: (port: MessagePort) => object,
-  onClose?: () => string,
 ): Promise<WorkerChannel<Req, Res>> {
   for (let attempt = 1; ; attempt++) {
-    const ch = new WorkerChannel<Req, Res>(what, onClose);
+    const ch = new WorkerChannel<Req, Res>(what);
     const port = ch.takeRemote();
     try {
       await pool.run(initFor(port), { transferList: [port] });
