@@ -12,6 +12,7 @@
 //            --ctx N (512) --dir DIR --out FILE (bench/results/sparse-latest.json)
 //            --peer-limit-extra BYTES (268435456: the peer's cgroup = our budget + this, for
 //            node's own runtime, which our budget does not count either)
+//            --prepare (build the model, profile, predictors and pack, then stop)
 //            --peer-timeout S (600: the peer under the limit is stopped after S seconds and its
 //            speed taken from the tokens it produced by then)
 //
@@ -48,6 +49,7 @@ const { values: v } = parseArgs({
     engine: { type: "string" },
     "pin-gates": { type: "string" },
     svg: { type: "string" },
+    prepare: { type: "boolean", default: false },
     help: { type: "boolean", short: "h", default: false },
   },
 });
@@ -321,6 +323,10 @@ if (v.child) {
 
 const dir = resolve(v.dir ?? process.env.NEURONPIPE_BENCH_DIR ?? join(benchDir, ".models"));
 const { model, pack } = await prepare(dir);
+if (v.prepare) {
+  log(`prepared ${pack}`);
+  process.exit(0);
+}
 const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
 const packInfo = np.openPack(pack);
 const ffn = Number(v.ffn);
