@@ -6,11 +6,11 @@
 import { native, type NativeAddon } from "../src/native.js";
 import { addFfnOutput, attentionBlock, checkBatch, embedTokens, ffnInput, forward, outputLogits } from "../src/model/forward.js";
 import type { Weights } from "../src/model/weights.js";
-import { createBundleScratch, denseBundles, type BundleScratch } from "../src/pipeline/dense-bundles.js";
-import type { ComputeInit, ComputeResult, ComputeTask, FrontTask } from "../src/pipeline/protocol.js";
-import { nowUs } from "../src/pipeline/trace.js";
-import { serveChannel } from "../src/pipeline/worker-channel.js";
-import { waitBatch } from "../src/pipeline/io-flags.js";
+import { createBundleScratch, denseBundles, type BundleScratch } from "../src/sparse/ffn/dense-bundles.js";
+import type { ComputeInit, ComputeResult, ComputeTask, FrontTask } from "../actors/protocol.js";
+import { nowUs } from "../src/trace/recorder.js";
+import { serveChannel } from "../src/decode/pipeline/worker-channel.js";
+import { waitBatch } from "../actors/io-flags.js";
 
 interface State {
   init: ComputeInit;

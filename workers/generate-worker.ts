@@ -3,8 +3,8 @@
 // path), so only the first task on a worker pays for loading. Messages carry text and token
 // ids only; the weights and activations stay in this thread's native memory.
 import type { MessagePort } from "node:worker_threads";
-import { loadModel, type Model } from "../src/model/model.js";
-import type { GenerateOptions, GenerationStats } from "../src/session.js";
+import { loadModel, type Model } from "../src/api/model.js";
+import type { GenerateOptions, GenerationStats } from "../src/api/session.js";
 
 export interface GenerateTask {
   modelPath: string;

@@ -3,10 +3,10 @@
 // into the neuron cache's slots. It blocks in the kernel, not on a core, while reads are in
 // flight; the compute worker keeps computing.
 import { native } from "../src/native.js";
-import type { IoInit, IoResult, IoTask } from "../src/pipeline/protocol.js";
-import { nowUs } from "../src/pipeline/trace.js";
-import { serveChannel } from "../src/pipeline/worker-channel.js";
-import { markBatch } from "../src/pipeline/io-flags.js";
+import type { IoInit, IoResult, IoTask } from "../actors/protocol.js";
+import { nowUs } from "../src/trace/recorder.js";
+import { serveChannel } from "../src/decode/pipeline/worker-channel.js";
+import { markBatch } from "../actors/io-flags.js";
 
 let tid = 0;
 let flags: Int32Array | undefined;

@@ -1,26 +1,30 @@
 // The `neuronpipe` command line: generate, inspect, synth. Every command has --help.
 import { existsSync, realpathSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join, resolve } from "node:path";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { readGGUF } from "../gguf/reader.js";
 import { tensorTypeName, valueTypeName } from "../gguf/types.js";
-import { loadModel } from "../model/model.js";
+import { loadModel } from "../api/model.js";
 import { readConfig } from "../model/config.js";
 import { native } from "../native.js";
-import { synthModel, synthShapes, weightTypeIds, type SynthShape } from "../synth/synth.js";
-import { convertTrainerExport } from "../convert/from-trainer.js";
-import { requantize } from "../convert/requantize.js";
-import { activationSparsity, perplexity } from "../eval/evaluate.js";
+import { synthModel, synthShapes, weightTypeIds, type SynthShape } from "../tools/synth/synth.js";
+import { convertTrainerExport } from "../tools/convert/from-trainer.js";
+import { requantize } from "../tools/convert/requantize.js";
+import { activationSparsity, perplexity } from "../tools/evaluate.js";
 import { readFileSync, readdirSync, statSync } from "node:fs";
-import { profileActivations, writeProfile } from "../sparse/profile.js";
-import { formatReport, trainPredictors, writePredictors } from "../sparse/predictor.js";
-import { modelFingerprint } from "../sparse/fingerprint.js";
-import { openPack, writePack } from "../sparse/pack.js";
-import { loadSparseModel, type SparseLayerReport, type SparseRuntime } from "../sparse/sparse-model.js";
-import { parseBytes, formatBytes, progressBar } from "./format.js";
-import { loadMappedPack } from "../pipeline/mmap-model.js";
-import { traceCommand } from "./trace-command.js";
+import { profileActivations } from "../tools/profile.js";
+import { writeProfile } from "../sparse/profile-file.js";
+import { formatReport, trainPredictors } from "../tools/train-predictor.js";
+import { writePredictors } from "../sparse/predictor-file.js";
+import { modelFingerprint } from "../sparse/pack/fingerprint.js";
+import { openPack } from "../sparse/pack/open.js";
+import { writePack } from "../sparse/pack/write.js";
+import { loadSparseModel, type SparseLayerReport, type SparseRuntime } from "../decode/sparse-model.js";
+import { parseBytes, formatBytes } from "../util/bytes.js";
+import { progressBar } from "./progress.js";
+import { shippedFile } from "../util/package-files.js";
+import { loadMappedPack } from "../decode/mmap.js";
+import { traceCommand } from "./commands/trace.js";
 
 type Options = NonNullable<ParseArgsConfig["options"]>;
 
@@ -43,24 +47,14 @@ const num = (v: unknown, name: string, { int = false, min = -Infinity } = {}): n
   return n;
 };
 
-/** A file shipped in the package's models/ folder (found from sources or from dist/). */
-function shipped(name: string): string {
-  const here = dirname(fileURLToPath(import.meta.url));
-  for (const up of ["../..", "../../.."]) {
-    const p = join(here, up, "models", name);
-    if (existsSync(p)) return p;
-  }
-  throw new Error(`models/${name} is missing from this installation`);
-}
-
 /** The embedded default model (models/neuronpipe-default.gguf, trained by tools/train). */
 export async function defaultModelPath(): Promise<string> {
-  return shipped("neuronpipe-default.gguf");
+  return shippedFile("neuronpipe-default.gguf");
 }
 
 /** The default model's held-out text (eval and profile default corpus). */
 function bundledHeldout(): string {
-  return shipped("heldout.txt");
+  return shippedFile("heldout.txt");
 }
 
 /** Options of every command that runs a model, for neuron packs (read by loadAnyModel). */

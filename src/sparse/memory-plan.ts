@@ -6,8 +6,8 @@
 import type { ModelConfig } from "../model/config.js";
 import { runStateBytes, kvCacheBytes } from "../model/forward.js";
 import type { TensorInfo } from "../gguf/reader.js";
-import type { Pack } from "./pack.js";
-import { formatBytes, parseBytes } from "../cli/format.js";
+import type { Pack } from "./pack/format.js";
+import { formatBytes, parseBytes } from "../util/bytes.js";
 
 export { formatBytes, parseBytes };
 

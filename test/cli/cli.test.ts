@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { main } from "../../src/cli/main.js";
 import { readGGUF } from "../../src/gguf/reader.js";
-import { loadModel } from "../../src/model/model.js";
+import { loadModel } from "../../src/api/model.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-cli-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -4,10 +4,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { loadModel } from "../../src/model/model.js";
-import { synthModel } from "../../src/synth/synth.js";
+import { loadModel } from "../../src/api/model.js";
+import { synthModel } from "../../src/tools/synth/synth.js";
 import { referenceLogits } from "./reference-forward.js";
-import { activationSparsity, perplexity } from "../../src/eval/evaluate.js";
+import { activationSparsity, perplexity } from "../../src/tools/evaluate.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-act-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

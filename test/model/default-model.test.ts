@@ -5,12 +5,12 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { requantize } from "../../src/convert/requantize.js";
-import { convertTrainerExport } from "../../src/convert/from-trainer.js";
-import { activationSparsity, perplexity } from "../../src/eval/evaluate.js";
+import { requantize } from "../../src/tools/convert/requantize.js";
+import { convertTrainerExport } from "../../src/tools/convert/from-trainer.js";
+import { activationSparsity, perplexity } from "../../src/tools/evaluate.js";
 import { loadModel, type Model } from "../../src/index.js";
 import { GGMLType } from "../../src/native.js";
-import { argmax } from "../../src/sampling.js";
+import { argmax } from "../../src/api/sampling.js";
 import { f16ToF32 } from "../native/helpers.js";
 
 const root = join(import.meta.dirname, "..", "..");

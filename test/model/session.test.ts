@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadModel, native, synthModel, type GenerateOptions, type Model } from "../../src/index.js";
-import { argmax } from "../../src/sampling.js";
+import { argmax } from "../../src/api/sampling.js";
 
 /** What a stream of these tokens reads as: the pieces' bytes, decoded as UTF-8 (WHATWG replacement). */
 function piecesText(model: Model, ids: number[]): string {

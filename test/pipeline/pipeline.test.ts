@@ -10,11 +10,12 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadModel, type Model } from "../../src/index.js";
 import { budgetForFfnFraction, planOptions } from "../../src/sparse/memory-plan.js";
-import { openPack, writePack } from "../../src/sparse/pack.js";
-import { loadSparseModel, type SparseLoadOptions } from "../../src/sparse/sparse-model.js";
-import { loadMappedPack } from "../../src/pipeline/mmap-model.js";
-import { TraceRecorder, type SpanRecord } from "../../src/pipeline/trace.js";
-import { traceStats } from "../../src/pipeline/trace-stats.js";
+import { openPack } from "../../src/sparse/pack/open.js";
+import { writePack } from "../../src/sparse/pack/write.js";
+import { loadSparseModel, type SparseLoadOptions } from "../../src/decode/sparse-model.js";
+import { loadMappedPack } from "../../src/decode/mmap.js";
+import { TraceRecorder, type SpanRecord } from "../../src/trace/recorder.js";
+import { traceStats } from "../../src/trace-tools/stats.js";
 import type { InspectionEvent } from "xstate";
 
 const root = join(import.meta.dirname, "..", "..");

@@ -4,12 +4,12 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { traceCommand } from "../../src/cli/trace-command.js";
-import { TraceRecorder, type TraceRecord } from "../../src/pipeline/trace.js";
-import { toChromeTrace, type ChromeEvent } from "../../src/pipeline/trace-export.js";
-import { niceStep, traceSvg } from "../../src/pipeline/trace-plot.js";
-import { readTrace } from "../../src/pipeline/trace-read.js";
-import { intersectionOfUnions, percentile, traceStats, unionLength } from "../../src/pipeline/trace-stats.js";
+import { traceCommand } from "../../src/cli/commands/trace.js";
+import { TraceRecorder, type TraceRecord } from "../../src/trace/recorder.js";
+import { toChromeTrace, type ChromeEvent } from "../../src/trace-tools/export.js";
+import { niceStep, traceSvg } from "../../src/trace-tools/plot.js";
+import { readTrace } from "../../src/trace/read.js";
+import { intersectionOfUnions, percentile, traceStats, unionLength } from "../../src/trace-tools/stats.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-trace-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,6 +1,6 @@
 // Sampling against hand-computed cases and the softmax it should draw from.
 import { describe, expect, it } from "vitest";
-import { Rng, Sampler, argmax, topIndices } from "../../src/sampling.js";
+import { Rng, Sampler, argmax, topIndices } from "../../src/api/sampling.js";
 
 const L = (...v: number[]) => Float32Array.from(v);
 

@@ -17,10 +17,14 @@ import { ValueType } from "../../src/gguf/types.js";
 import { readConfig } from "../../src/model/config.js";
 import { vocabFromGGUF } from "../../src/model/vocab.js";
 import { native } from "../../src/native.js";
-import { openPack, PackError, readPackLayerF32, writePack, modelFingerprint, type Pack } from "../../src/sparse/pack.js";
-import { profileActivations, readProfile, writeProfile } from "../../src/sparse/profile.js";
-import { readPredictors } from "../../src/sparse/predictor.js";
-import { synthModel } from "../../src/synth/synth.js";
+import { openPack, readPackLayerF32 } from "../../src/sparse/pack/open.js";
+import { writePack } from "../../src/sparse/pack/write.js";
+import { PackError, type Pack } from "../../src/sparse/pack/format.js";
+import { modelFingerprint } from "../../src/sparse/pack/fingerprint.js";
+import { profileActivations } from "../../src/tools/profile.js";
+import { readProfile, writeProfile } from "../../src/sparse/profile-file.js";
+import { readPredictors } from "../../src/sparse/predictor-file.js";
+import { synthModel } from "../../src/tools/synth/synth.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const defModel = join(root, "models", "neuronpipe-default.gguf");

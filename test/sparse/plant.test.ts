@@ -5,9 +5,9 @@ import { join } from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { loadModel } from "../../src/index.js";
 import { main } from "../../src/cli/main.js";
-import { profileActivations } from "../../src/sparse/profile.js";
-import { trainPredictors } from "../../src/sparse/predictor.js";
-import { neuronFrequencies, normalQuantile } from "../../src/synth/plant-sparsity.js";
+import { profileActivations } from "../../src/tools/profile.js";
+import { trainPredictors } from "../../src/tools/train-predictor.js";
+import { neuronFrequencies, normalQuantile } from "../../src/tools/synth/plant-sparsity.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-plant-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -7,7 +7,8 @@ import { join } from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { loadModel } from "../../src/index.js";
 import { native } from "../../src/native.js";
-import { collectActivations, formatReport, readPredictors, trainPredictors, writePredictors } from "../../src/sparse/predictor.js";
+import { collectActivations, formatReport, trainPredictors } from "../../src/tools/train-predictor.js";
+import { readPredictors, writePredictors } from "../../src/sparse/predictor-file.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const dir = mkdtempSync(join(tmpdir(), "np-predictor-"));

@@ -5,7 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { loadModel } from "../../src/index.js";
-import { hotSetSize, profileActivations, readProfile, writeProfile } from "../../src/sparse/profile.js";
+import { profileActivations } from "../../src/tools/profile.js";
+import { hotSetSize, readProfile, writeProfile } from "../../src/sparse/profile-file.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const out = join(root, "tools", "train", "out");

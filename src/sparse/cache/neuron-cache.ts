@@ -1,0 +1,561 @@
+// The neuron cache: FFN neurons of a pack held in one native arena under the memory plan.
+//
+//   arena  (slots, slotBytes): slot s = [gate row | up row | down column] of one neuron
+//          slots [0, hotSlots)       hot region: frames of `clusterSize` neurons, a frame holds one
+//                                    cluster (consecutive pack positions of one layer, hot-first),
+//                                    loaded in one sequential read, evicted per cluster (LRU)
+//          slots [hotSlots, slots)   cold region: single neurons, per-neuron LRU, loaded in two
+//                                    phases (gate block; up+down block only if the neuron fires)
+//
+// With pinned gates (plan.gatesPinned) the gate rows of all neurons live in their own buffer
+// `gates` (row g = layer·nFF + p), read once at load, and slots hold [up row | down column]:
+// a predicted neuron costs a read only when it fires and its up+down are not resident.
+//
+// Pack positions p ≥ hotLimit[layer] are cold. Which neurons are resident never changes what is
+// computed — only where the bytes come from — so results are the same for any budget.
+import { native, type NativeAddon } from "../../native.js";
+import type { MemoryPlan } from "../memory-plan.js";
+import type { Pack } from "../pack/format.js";
+import { ReadBatcher, type ReadBatch } from "./read-batcher.js";
+import { SlotLru } from "./slot-lru.js";
+
+export interface LayerCacheStats {
+  /** Gate rows needed (predicted neurons) and how many were already resident. */
+  gateAccesses: number;
+  gateHits: number;
+  /** Up+down rows needed (neurons whose gate fired) and how many were already resident. */
+  upDownAccesses: number;
+  upDownHits: number;
+  /** Bytes and read requests issued to storage. */
+  bytesRead: number;
+  reads: number;
+}
+
+const NONE = 0;
+const GATE = 1;
+const FULL = 2;
+
+/** A batch of reads the cache hands to the I/O loader (deferred mode). */
+export type CacheBatch = ReadBatch;
+
+export interface Loader {
+  id: number;
+  backend: "uring" | "pread";
+  directIO: boolean;
+}
+
+export class NeuronCache {
+  readonly arena: number; // native buffer (slots × slotBytes)
+  readonly gates: number; // native buffer (nLayer·nFF × gateRowBytes) with pinned gates, else -1
+  /** Where gate rows are read from: the pinned rows (row = layer·nFF + p), or slot rows of the arena. */
+  readonly gateRows: { buf: number; rows: number; stride: number };
+  /** Offsets of the up row and the down column within a slot. */
+  readonly upOffset: number;
+  readonly downOffset: number;
+  readonly pinned: boolean;
+  /** The slotOf table's place in native memory (a worker maps fired neurons to up+down slots with it). */
+  readonly slotTable: { buf: number; off: number };
+  readonly staging: number; // native buffer: I/O lands here, then is copied into slots
+  readonly tables: number; // native buffer holding the views below
+  readonly stats: LayerCacheStats[];
+  /** Bytes read while filling the hot region at load time (not part of per-token stats). */
+  preloadBytes = 0;
+  readonly slotBytes: number;
+  readonly hotLimit: Int32Array; // per layer: pack positions below are hot (cluster-loaded)
+
+  private readonly n: NativeAddon;
+  private readonly nFF: number;
+  private readonly C: number;
+  private readonly stagingBytes: number;
+  private readonly slotOf: Int32Array; // (nLayer*nFF) slot of (layer, pack position) or -1
+  private readonly state: Uint8Array; // (nLayer*nFF) NONE | GATE | FULL
+  private readonly owner: Int32Array; // (slots) neuron (layer*nFF + p) held, or -1
+  private readonly lru: SlotLru; // cold slots, most recent at head (prev/next tables in native memory)
+  private readonly frameOf: Int32Array; // (nLayer*nFF/C) frame of a cluster or -1
+  private readonly frameOwner: Int32Array; // (hotFrames) cluster held or -1
+  private readonly frameUse: Int32Array; // (hotFrames) tick of last use
+  private tick = 0;
+  /** Predicted neurons of a non-resident hot cluster needed to load it whole (else: cold path). */
+  private readonly admit: number;
+  /** Reads into staging, then copies into slots; in deferred mode (the actor pipeline) batches for the I/O loader. */
+  readonly reads: ReadBatcher;
+  // a window is the set of loads whose slots must stay put until their compute is done: one
+  // loadGates call in synchronous mode, a layer's clusters in flight in deferred mode
+  private windowTick = 0;
+  private framesUsed = 0;
+  private coldUsed = 0;
+  private hotOrder?: Int32Array[]; // per layer: hot clusters by profiled firings, most first
+
+  constructor(
+    readonly pack: Pack,
+    readonly plan: MemoryPlan,
+    readonly loader: Loader,
+  ) {
+    const n = (this.n = native());
+    const { nLayer, nFF } = pack.config;
+    this.nFF = nFF;
+    this.C = plan.clusterSize;
+    this.slotBytes = plan.slotBytes;
+    this.admit = Math.max(1, Math.ceil(plan.clusterSize * plan.options.clusterAdmit));
+    const N = nLayer * nFF;
+    const clusters = N / this.C;
+    const S = plan.slots;
+    const F = plan.hotFrames;
+    this.stagingBytes = plan.stagingBytes;
+    const allocated: number[] = [];
+    this.pinned = plan.gatesPinned;
+    this.upOffset = this.pinned ? 0 : pack.gateBytes;
+    this.downOffset = this.upOffset + pack.upBytes;
+    try {
+      this.arena = n.alloc(Math.max(1, S * this.slotBytes));
+      allocated.push(this.arena);
+      this.gates = this.pinned ? n.alloc(N * plan.gateRowBytes) : -1;
+      if (this.pinned) allocated.push(this.gates);
+      this.staging = n.alloc(plan.stagingBytes);
+      allocated.push(this.staging);
+      // int32 tables first, then the byte table
+      const i32 = N + S * 3 + clusters + F * 2;
+      this.tables = n.alloc(i32 * 4 + N);
+      allocated.push(this.tables);
+    } catch (e) {
+      for (const b of allocated) n.free(b);
+      throw e;
+    }
+    let o = 0;
+    const take = (len: number) => {
+      const v = n.viewI32(this.tables, o * 4, len);
+      o += len;
+      return v;
+    };
+    this.slotTable = { buf: this.tables, off: o * 4 };
+    this.slotOf = take(N).fill(-1);
+    this.owner = take(S).fill(-1);
+    this.lru = new SlotLru(take(S), take(S));
+    this.frameOf = take(clusters).fill(-1);
+    this.frameOwner = take(F).fill(-1);
+    this.frameUse = take(F);
+    this.state = n.viewU8(this.tables, o * 4, N);
+    this.reads = new ReadBatcher({ loader: loader.id, staging: this.staging, stagingBytes: plan.stagingBytes, arena: this.arena, slotBytes: this.slotBytes, slots: S });
+    this.gateRows = this.pinned ? { buf: this.gates, rows: N, stride: plan.gateRowBytes } : { buf: this.arena, rows: S, stride: this.slotBytes };
+    // cold LRU list: all cold slots, free
+    for (let s = plan.hotSlots; s < S; s++) this.lru.pushHead(s);
+    this.hotLimit = new Int32Array(nLayer);
+    for (let l = 0; l < nLayer; l++) {
+      this.hotLimit[l] = plan.ffnResident >= 1 ? nFF : F > 0 ? Math.min(nFF, Math.ceil(pack.layers[l]!.hotCount / this.C) * this.C) : 0;
+    }
+    this.stats = Array.from({ length: nLayer }, () => ({ gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 }));
+  }
+
+  /** Native buffers the cache holds (memory accounting). */
+  get buffers(): number[] {
+    return this.pinned ? [this.arena, this.gates, this.staging, this.tables] : [this.arena, this.staging, this.tables];
+  }
+
+  /**
+   * Fill the hot region before decoding: the hot clusters with the most profiled firings, in
+   * sequential reads. With a budget holding the whole FFN this loads every neuron.
+   */
+  preload(onProgress?: (done: number, total: number) => void): void {
+    const { nLayer } = this.pack.config;
+    const F = this.plan.hotFrames;
+    if (this.pinned) this.preloadGates();
+    const cand: { l: number; q: number; w: number }[] = [];
+    for (let l = 0; l < nLayer; l++) {
+      for (let q = 0; q * this.C < this.hotLimit[l]!; q++) cand.push({ l, q, w: this.clusterFirings(l, q) });
+    }
+    cand.sort((a, b) => b.w - a.w || a.l - b.l || a.q - b.q);
+    const take = cand.slice(0, F);
+    take.sort((a, b) => a.l - b.l || a.q - b.q); // file order: sequential reads
+    let done = 0;
+    for (const c of take) {
+      this.loadCluster(c.l, c.q);
+      if (++done % 64 === 0) onProgress?.(done, take.length);
+    }
+    this.flush();
+    this.preloadCold();
+    onProgress?.(take.length, take.length);
+    // load-time reads are reported apart from per-token traffic
+    this.preloadBytes += this.stats.reduce((a, s) => a + s.bytesRead, 0);
+    this.resetStats();
+  }
+
+  /** Pinned gates: every gate row into `gates`, streaming each layer's bundles sequentially. */
+  private preloadGates(): void {
+    const { nLayer } = this.pack.config;
+    const B = this.pack.bundleBytes;
+    const per = Math.max(1, Math.floor(this.stagingBytes / B));
+    const row = this.plan.gateRowBytes;
+    for (let l = 0; l < nLayer; l++) {
+      for (let a = 0; a < this.nFF; a += per) {
+        const m = Math.min(per, this.nFF - a);
+        this.n.readBatch(this.loader.id, Float64Array.of(this.bundleOffset(l, a), m * B, this.staging, 0));
+        const copies = new Float64Array(m * 3);
+        for (let i = 0; i < m; i++) copies.set([(l * this.nFF + a + i) * row, i * B, this.pack.gateBytes], i * 3);
+        this.n.copyBatch(this.gates, this.staging, copies);
+        this.stats[l]!.bytesRead += m * B;
+        this.stats[l]!.reads++;
+      }
+    }
+  }
+
+  /**
+   * Fill the cold region with the next most-fired neurons (whole bundles), so that a large
+   * budget starts warm instead of paying a first read for every neuron. Per layer these are a
+   * prefix of the cold pack positions (hot-first order), so each layer is one sequential range.
+   */
+  private preloadCold(): void {
+    const { nLayer } = this.pack.config;
+    const cand: { l: number; p: number; c: number }[] = [];
+    for (let l = 0; l < nLayer; l++) {
+      const counts = this.pack.layers[l]!.counts;
+      for (let p = this.hotLimit[l]!; p < this.nFF; p++) if (counts[p]! > 0) cand.push({ l, p, c: counts[p]! });
+    }
+    cand.sort((a, b) => b.c - a.c || a.l - b.l || a.p - b.p);
+    const prefix = new Int32Array(nLayer);
+    for (const { l } of cand.slice(0, this.plan.coldSlots)) prefix[l]!++;
+    const B = this.pack.bundleBytes;
+    const per = Math.max(1, Math.floor(this.stagingBytes / B));
+    for (let l = 0; l < nLayer; l++) {
+      const p0 = this.hotLimit[l]!;
+      for (let a = p0; a < p0 + prefix[l]!; a += per) {
+        const m = Math.min(per, p0 + prefix[l]! - a);
+        const copies: [number, number, number][] = [];
+        for (let i = 0; i < m; i++) {
+          const g = l * this.nFF + a + i;
+          const slot = this.takeColdSlot(g);
+          this.state[g] = FULL;
+          copies.push(...this.bundleCopies(slot, i * B));
+        }
+        this.queueRead(l, this.bundleOffset(l, a), m * B, copies);
+      }
+    }
+    this.flush();
+  }
+
+  /**
+   * Make the gate rows of positions[start..] of `layer` resident, as many as the cache can
+   * hold at once, and write their slots to slotsOut[0..]. Returns the end index (exclusive)
+   * of the positions handled; the caller computes them, then calls again from there.
+   * Positions must be ascending.
+   */
+  loadGates(layer: number, positions: Int32Array, start: number, end: number, slotsOut: Int32Array): number {
+    const st = this.stats[layer]!;
+    const base = layer * this.nFF;
+    const hotLimit = this.hotLimit[layer]!;
+    const tick = ++this.tick;
+    if (!this.reads.isDeferred) this.beginWindow(tick);
+    this.reads.phase = "gate";
+    this.reads.layer = layer;
+    const coldCap = this.plan.coldSlots;
+    const frameCap = this.plan.hotFrames;
+    let i = start;
+    if (this.pinned) {
+      // every gate row is resident; a neuron without up+down may fire and need a cold slot in
+      // this window, so the chunk ends where the cold region could not hold them all
+      for (; i < end; i++) {
+        const g = base + positions[i]!;
+        const s = this.slotOf[g]!;
+        if (s < 0 || s >= this.plan.hotSlots) {
+          // cold (resident or not): its slot must not be evicted before this window ends
+          if (this.coldUsed === coldCap) break;
+          this.coldUsed++;
+          if (s >= 0) this.lru.touch(s); // at the head: evictions in this window take other slots
+        } else this.frameUse[(s / this.C) | 0] = tick;
+        st.gateAccesses++;
+        st.gateHits++;
+        slotsOut[i - start] = g;
+      }
+      return i;
+    }
+    for (; i < end; i++) {
+      const p = positions[i]!;
+      const g = base + p;
+      const hit = this.slotOf[g]! >= 0; // resident before this access: no read needed
+      // a hot neuron goes through its cluster when the cluster is resident, or when enough of
+      // the cluster is predicted to be worth one sequential read; otherwise the cold path
+      const cl = (g / this.C) | 0;
+      let f = p < hotLimit ? this.frameOf[cl]! : -1;
+      const viaCluster = p < hotLimit && (f >= 0 || this.worthCluster(positions, i, end, (p / this.C) | 0));
+      if (viaCluster) {
+        if (f < 0 || this.frameUse[f]! < this.windowTick) {
+          if (this.framesUsed === frameCap) break;
+          this.framesUsed++;
+          if (f < 0) f = this.loadCluster(layer, (p / this.C) | 0);
+          this.frameUse[f] = tick;
+        }
+      } else {
+        if (this.coldUsed === coldCap) break;
+        this.coldUsed++;
+        let s = this.slotOf[g]!;
+        if (s < 0) {
+          s = this.takeColdSlot(g);
+          this.state[g] = GATE;
+          this.queueRead(layer, this.bundleOffset(layer, p), this.pack.gateBlock, [[s * this.slotBytes, 0, this.pack.gateBytes]]);
+        } else this.lru.touch(s);
+      }
+      st.gateAccesses++;
+      if (hit) st.gateHits++;
+      slotsOut[i - start] = this.slotOf[g]!;
+    }
+    this.flush();
+    return i;
+  }
+
+  /**
+   * Make up+down resident for neurons (layer, positions[k]) whose gates fired, and write their
+   * slots to slotsOut[k]. Without pinned gates they were made resident by the last loadGates
+   * call, so they are still in their slots; with pinned gates a missing one takes a cold slot
+   * that loadGates reserved in this window.
+   */
+  loadUpDown(layer: number, positions: Int32Array, count: number, slotsOut: Int32Array): void {
+    const st = this.stats[layer]!;
+    const base = layer * this.nFF;
+    const ud = this.pack.upBytes + this.pack.downBytes;
+    this.reads.phase = "updown";
+    this.reads.layer = layer;
+    for (let k = 0; k < count; k++) {
+      const p = positions[k]!;
+      const g = base + p;
+      st.upDownAccesses++;
+      let s = this.slotOf[g]!;
+      if (this.state[g] === FULL) {
+        st.upDownHits++;
+        if (this.pinned && s >= this.plan.hotSlots) this.lru.touch(s);
+        // a compute worker may be reading the resident ones' entries right now: write only what changes
+        if (slotsOut[k] !== s) slotsOut[k] = s;
+        continue;
+      }
+      if (s < 0) {
+        if (!this.pinned) throw new Error(`neuron cache: layer ${layer} neuron at pack position ${p} lost its slot between the two load phases`);
+        s = this.takeColdSlot(g);
+      }
+      this.state[g] = FULL;
+      this.queueRead(layer, this.bundleOffset(layer, p) + this.pack.gateBlock, this.pack.upDownBlock, [[s * this.slotBytes + this.upOffset, 0, ud]]);
+      slotsOut[k] = s;
+    }
+    this.flush();
+  }
+
+  /**
+   * Neurons whose gate was read but did not fire go to the cold LRU's tail: they are evicted
+   * first, so a layer's many predicted-but-silent neurons do not push out the ones that fire
+   * (which also cost an up+down read to bring back). They stay readable until evicted.
+   */
+  demoteSilent(layer: number, positions: Int32Array, count: number): void {
+    const base = layer * this.nFF;
+    for (let k = 0; k < count; k++) {
+      const g = base + positions[k]!;
+      const s = this.slotOf[g]!;
+      if (s >= this.plan.hotSlots && this.state[g] === GATE) this.lru.demote(s);
+    }
+  }
+
+  /**
+   * Deferred mode (the actor pipeline): reads are not done by the cache but handed out as
+   * batches (takeBatches) of at most `batchLimit` bytes, and loads stay in one window until
+   * beginWindow, so the slots of every cluster in flight stay put.
+   */
+  setDeferred(batchLimit: number): void {
+    const minRead = Math.max(this.C * this.pack.bundleBytes, this.pack.gateBlock, this.pack.upDownBlock);
+    if (batchLimit < minRead || batchLimit > this.stagingBytes) {
+      throw new RangeError(`neuron cache: batch limit ${batchLimit} must hold the largest read (${minRead} bytes) and fit the staging buffer (${this.stagingBytes} bytes)`);
+    }
+    this.reads.setDeferred(batchLimit);
+    this.beginWindow(++this.tick);
+  }
+
+  /** Start a new window: loads from here on may evict what earlier windows used. */
+  beginWindow(tick = ++this.tick): void {
+    this.windowTick = tick;
+    this.framesUsed = 0;
+    this.coldUsed = 0;
+  }
+
+  /** Batches produced since the last call (deferred mode), in the order they were made. */
+  takeBatches(): CacheBatch[] {
+    return this.reads.take();
+  }
+
+  /** The last batch writing each slot (deferred mode; 0 for none). */
+  get slotBatch(): Int32Array {
+    return this.reads.slotBatch;
+  }
+
+  /**
+   * Load up to `maxClusters` hot clusters of `layer` that are not resident, the most fired
+   * first (the pipeline prefetches layer L+1 while layer L's attention runs). Returns how many.
+   */
+  prefetchHot(layer: number, maxClusters: number): number {
+    if (this.plan.hotFrames === 0 || maxClusters <= 0) return 0;
+    this.hotOrder ??= this.pack.layers.map((_, l) => {
+      const w = Array.from({ length: Math.ceil(this.hotLimit[l]! / this.C) }, (_, q) => this.clusterFirings(l, q));
+      return Int32Array.from(w.keys()).sort((a, b) => w[b]! - w[a]! || a - b);
+    });
+    const base = (layer * this.nFF) / this.C;
+    this.reads.phase = "prefetch";
+    this.reads.layer = layer;
+    let done = 0;
+    for (const q of this.hotOrder[layer]!) {
+      if (done === maxClusters) break;
+      if (this.frameOf[base + q]! >= 0) continue;
+      const f = this.loadCluster(layer, q);
+      this.frameUse[f] = ++this.tick;
+      done++;
+    }
+    this.flush();
+    return done;
+  }
+
+  /**
+   * Forget what batches that did not complete (an I/O error, a crashed loader) were to bring:
+   * those neurons become non-resident and are read again when next needed.
+   */
+  forget(failed: (batch: number) => boolean): void {
+    const S = this.plan.slots;
+    for (let s = 0; s < S; s++) {
+      const b = this.slotBatch[s]!;
+      if (b === 0 || !failed(b)) continue;
+      if (s < this.plan.hotSlots) this.dropFrame(Math.floor(s / this.C));
+      else this.dropCold(s);
+    }
+  }
+
+  /** Are gate, up and down of every neuron (layer, positions[start..end)) resident (reads may still be in flight)? */
+  allFull(layer: number, positions: Int32Array, start: number, end: number): boolean {
+    const base = layer * this.nFF;
+    for (let i = start; i < end; i++) if (this.state[base + positions[i]!] !== FULL) return false;
+    return true;
+  }
+
+  /** Neurons resident per layer right now (tests, stats). */
+  residentNeurons(layer: number): number {
+    let c = 0;
+    for (let p = 0; p < this.nFF; p++) if (this.slotOf[layer * this.nFF + p]! >= 0) c++;
+    return c;
+  }
+
+  resetStats(): void {
+    for (const s of this.stats) Object.assign(s, { gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 });
+  }
+
+  dispose(): void {
+    for (const b of this.buffers) this.n.free(b);
+  }
+
+  // ---- internals ----------------------------------------------------------------------
+
+  private bundleOffset(layer: number, p: number): number {
+    return this.pack.layers[layer]!.bundlesOffset + p * this.pack.bundleBytes;
+  }
+
+  /** At least clusterAdmit·C of cluster q's neurons among positions[i..end) (ascending)? */
+  private worthCluster(positions: Int32Array, i: number, end: number, q: number): boolean {
+    const lim = (q + 1) * this.C;
+    let c = 0;
+    for (let j = i; j < end && positions[j]! < lim; j++) if (++c >= this.admit) return true;
+    return false;
+  }
+
+  /** Copies [arenaOff, offsetInRead, len] moving one whole bundle read at offsetInRead into `slot`: gate, then up+down (contiguous in both). */
+  private bundleCopies(slot: number, at: number): [number, number, number][] {
+    const { gateBytes, gateBlock, upBytes, downBytes } = this.pack;
+    if (this.pinned) return [[slot * this.slotBytes, at + gateBlock, upBytes + downBytes]];
+    return [
+      [slot * this.slotBytes, at, gateBytes],
+      [slot * this.slotBytes + gateBytes, at + gateBlock, upBytes + downBytes],
+    ];
+  }
+
+  /** Profiled firings of hot cluster q of a layer (preload and prefetch order). */
+  private clusterFirings(layer: number, q: number): number {
+    const counts = this.pack.layers[layer]!.counts;
+    let w = 0;
+    for (let i = q * this.C; i < Math.min((q + 1) * this.C, this.nFF); i++) w += counts[i]!;
+    return w;
+  }
+
+  /** Empty hot frame f: its cluster's neurons are no longer resident. */
+  private dropFrame(f: number): void {
+    const cl = this.frameOwner[f]!;
+    if (cl < 0) return;
+    this.frameOf[cl] = -1;
+    this.frameOwner[f] = -1;
+    for (let i = 0; i < this.C; i++) {
+      this.slotOf[cl * this.C + i] = -1;
+      this.state[cl * this.C + i] = NONE;
+    }
+  }
+
+  /** Empty cold slot s (it stays where it is in the LRU order). */
+  private dropCold(s: number): void {
+    const old = this.owner[s]!;
+    if (old < 0) return;
+    this.slotOf[old] = -1;
+    this.state[old] = NONE;
+    this.owner[s] = -1;
+  }
+
+  /** Put a whole cluster (gate, up, down of C neurons) into a hot frame; returns the frame. */
+  private loadCluster(layer: number, q: number): number {
+    const cl = (layer * this.nFF) / this.C + q;
+    // the least recently used frame not used in this tick
+    let f = -1;
+    let best = Infinity;
+    for (let i = 0; i < this.frameOwner.length; i++) {
+      if (this.frameOwner[i]! < 0) {
+        f = i;
+        break;
+      }
+      if (this.frameUse[i]! < best && this.frameUse[i]! < this.windowTick) {
+        best = this.frameUse[i]!;
+        f = i;
+      }
+    }
+    if (f < 0) throw new Error("neuron cache: no hot frame free (internal accounting error)");
+    this.dropFrame(f);
+    this.frameOwner[f] = cl;
+    this.frameOf[cl] = f;
+    // neurons of this cluster read earlier through the cold path give their cold slots back
+    for (let i = 0; i < this.C; i++) {
+      const s = this.slotOf[cl * this.C + i]!;
+      if (s >= 0) {
+        this.owner[s] = -1;
+        this.lru.demote(s);
+      }
+    }
+    const B = this.pack.bundleBytes;
+    const copies: [number, number, number][] = [];
+    for (let i = 0; i < this.C; i++) {
+      const g = cl * this.C + i;
+      const s = f * this.C + i;
+      this.slotOf[g] = s;
+      this.state[g] = FULL;
+      this.owner[s] = g;
+      copies.push(...this.bundleCopies(s, i * B));
+    }
+    this.queueRead(layer, this.bundleOffset(layer, q * this.C), this.C * B, copies);
+    return f;
+  }
+
+  private takeColdSlot(g: number): number {
+    const s = this.lru.tail;
+    if (s < 0) throw new Error("neuron cache: cold region is empty (internal accounting error)");
+    this.dropCold(s);
+    this.owner[s] = g;
+    this.slotOf[g] = s;
+    this.lru.touch(s);
+    return s;
+  }
+
+  /** Queue one read of `len` bytes at fileOff, then copies [arenaOff, offsetInRead, len]; counted in the layer's stats. */
+  private queueRead(layer: number, fileOff: number, len: number, copies: [number, number, number][]) {
+    this.reads.queue(fileOff, len, copies);
+    const st = this.stats[layer]!;
+    st.bytesRead += len;
+    st.reads++;
+  }
+
+  private flush() {
+    this.reads.flush();
+  }
+}

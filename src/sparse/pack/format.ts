@@ -1,0 +1,101 @@
+// The neuron pack's format (docs/formats.md "Neuron pack"): what a pack holds and the names and
+// constants its writer (write.ts) and reader (open.ts) share.
+//
+// The neuron pack (`neuronpipe pack`, docs/formats.md "Neuron pack"): a GGUF v3 file, aligned
+// to 4096, holding a model's fixed region (embeddings, attention, norms, output) byte for byte
+// and its FFN re-laid as neuron bundles in hot-first order, so that a neuron's gate row is one
+// 4 KiB-aligned read and its up row + down column one more, the way PowerInfer-2 reads flash.
+//
+// Bundle p of layer N (pack position p, original neuron order[p]):
+//   [gate row (gate_bytes) | zeros to gate_block][up row (up_bytes) | down column (down_bytes) | zeros to updown_block]
+// The down column is the neuron's column of the down matrix, dequantised and re-quantised as a
+// row of n_embd values in down_type (exact for F32/F16, a second rounding for Q8_0/Q4_0; the
+// measured relative error is stored per layer).
+import type { GGUFFile, TensorInfo } from "../../gguf/reader.js";
+import { computeTypes, tensorTypeName } from "../../gguf/types.js";
+import type { ModelConfig } from "../../model/config.js";
+
+export interface PackLayer {
+  bundlesOffset: number; // absolute file offset of bundle 0 of this layer (4096-aligned)
+  order: Int32Array; // order[p] = original neuron id at pack position p
+  counts: Uint32Array; // profiled firing count per pack position
+  hotCount: number; // leading pack positions holding 80% of firings
+}
+export interface PackPredictorLayer {
+  hidden: number;
+  /** Read from the file on first use (a 7B pack holds hundreds of MB of predictors; loadSparseModel reads them straight into native memory instead). */
+  readonly fc1: Float32Array; // (hidden, n_embd)
+  readonly fc2: Float32Array; // (n_ff, hidden), rows in pack order
+  /** File offsets of the F32 tensors blk.N.fc1.weight and blk.N.fc2.weight. */
+  fc1Offset: number;
+  fc2Offset: number;
+  threshold: number;
+}
+export interface Pack {
+  path: string;
+  file: GGUFFile; // parsed header (readGGUF) — fixed-region tensors are in file.tensorsByName
+  config: ModelConfig; // readConfig(file)
+  gateType: number;
+  upType: number;
+  downType: number;
+  gateBytes: number;
+  upBytes: number;
+  downBytes: number;
+  gateBlock: number;
+  upDownBlock: number;
+  bundleBytes: number;
+  layers: PackLayer[];
+  predictor?: PackPredictorLayer[]; // undefined when the pack has none
+  profileTokens: number;
+  downRelayoutError: number[];
+  source: { name: string; size: number; fingerprint: string };
+}
+
+/** A malformed or unusable pack (or pack input); the message starts with the file path. */
+export class PackError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "PackError";
+  }
+}
+
+export const PACK_VERSION = 1;
+export const PACK_ALIGNMENT = 4096;
+/** Metadata key prefix of every pack key. */
+export const P = "neuronpipe.pack.";
+export const I8 = 24; // GGUF value types used by pack keys
+export const I32 = 26;
+export const F32 = 0;
+
+export const roundUp = (n: number, a: number) => Math.ceil(n / a) * a;
+
+/** The FFN matrix of layer l (plain llama names, or smallthinker's one-expert `_exps` names). */
+export function ffnTensorName(f: GGUFFile, l: number, m: "gate" | "up" | "down"): string {
+  const plain = `blk.${l}.ffn_${m}.weight`;
+  if (f.tensorsByName.has(plain)) return plain;
+  const exps = `blk.${l}.ffn_${m}_exps.weight`;
+  if (f.tensorsByName.has(exps)) return exps;
+  throw new PackError(`${f.path}: missing tensor ${plain} (or ${exps})`);
+}
+
+/** Tensors that are not copied into the fixed region: FFN matrices, the smallthinker router, predictors. */
+export function isFfnOrAux(name: string): boolean {
+  return /^blk\.\d+\.(ffn_(gate|up|down)(_exps)?\.weight|ffn_gate_inp\.weight|fc[12]\.weight)$/.test(name);
+}
+
+export function checkMatrix(f: GGUFFile, t: TensorInfo, cols: number, rows: number) {
+  const [c, r = 1, ...more] = t.ne;
+  if (c !== cols || r !== rows || more.some((d) => d !== 1)) {
+    throw new PackError(`${f.path}: tensor ${t.name} has shape [${t.ne.join(", ")}], expected [${cols}, ${rows}]`);
+  }
+  if (!computeTypes.has(t.type)) {
+    throw new PackError(`${f.path}: tensor ${t.name} has type ${tensorTypeName(t.type)}; packs support F32, F16, Q8_0, Q4_0`);
+  }
+}
+
+/** Pack positions: neurons by firing count descending, ties by ascending neuron id. */
+export function hotFirstOrder(counts: Uint32Array): Int32Array {
+  const ids = Array.from({ length: counts.length }, (_, i) => i);
+  ids.sort((a, b) => counts[b]! - counts[a]! || a - b);
+  return Int32Array.from(ids);
+}

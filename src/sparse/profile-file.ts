@@ -1,0 +1,107 @@
+// The activation profile file (docs/formats.md, "Activation profile"): per layer and neuron,
+// how often it fired over a corpus, and the statistics `neuronpipe profile` printed. Written by
+// tools/profile.ts, read by the pack writer.
+import { readFileSync } from "node:fs";
+import { readGGUF } from "../gguf/reader.js";
+import { GGUFWriter } from "../gguf/writer.js";
+import { ValueType } from "../gguf/types.js";
+
+export interface LayerProfile {
+  /** (nFF) tokens for which each neuron fired. */
+  counts: Uint32Array;
+  /** Active neurons per token: mean and quantiles. */
+  activeMean: number;
+  activeP50: number;
+  activeP99: number;
+  activeMax: number;
+  /** Mean Jaccard overlap of the active sets of consecutive tokens (within a window). */
+  overlap: number;
+  /** Fewest neurons that account for 80% of all activations (hot-set size). */
+  hot80: number;
+}
+
+export interface ActivationProfile {
+  modelName: string;
+  nLayer: number;
+  nFF: number;
+  tokens: number;
+  window: number;
+  corpus: string;
+  layers: LayerProfile[];
+  /** modelFingerprint() of the profiled model file (fingerprint.ts), when known. */
+  modelFingerprint?: string;
+}
+
+/** Smallest number of neurons whose counts sum to ≥ share of all counts. */
+export function hotSetSize(counts: Uint32Array, share: number): number {
+  const sorted = Array.from(counts).sort((a, b) => b - a);
+  const total = sorted.reduce((a, b) => a + b, 0);
+  let acc = 0;
+  for (let i = 0; i < sorted.length; i++) {
+    acc += sorted[i]!;
+    if (acc >= share * total) return i + 1;
+  }
+  return sorted.length;
+}
+
+const KIND = "neuronpipe.activation_profile";
+
+export async function writeProfile(path: string, p: ActivationProfile): Promise<number> {
+  const w = new GGUFWriter();
+  w.setString("general.architecture", KIND);
+  w.setString("profile.model_name", p.modelName);
+  w.setU32("profile.n_layer", p.nLayer);
+  w.setU32("profile.n_ff", p.nFF);
+  w.set("profile.tokens", ValueType.UINT64, BigInt(p.tokens));
+  w.setU32("profile.window", p.window);
+  w.setString("profile.corpus", p.corpus);
+  w.setString("profile.rule", "a neuron fires for a token when act(gate)*up != 0");
+  if (p.modelFingerprint) w.setString("profile.model_fingerprint", p.modelFingerprint);
+  const arr = (k: string, f: (l: LayerProfile) => number) => w.setArray(`profile.${k}`, ValueType.FLOAT32, Float32Array.from(p.layers, f));
+  arr("active_mean", (l) => l.activeMean);
+  arr("active_p50", (l) => l.activeP50);
+  arr("active_p99", (l) => l.activeP99);
+  arr("active_max", (l) => l.activeMax);
+  arr("overlap", (l) => l.overlap);
+  arr("hot80", (l) => l.hot80);
+  p.layers.forEach((l, i) =>
+    w.addTensor({ name: `blk.${i}.act_count`, ne: [p.nFF], type: 26 /* I32 */, data: () => new Uint8Array(Int32Array.from(l.counts).buffer) }),
+  );
+  return w.write(path);
+}
+
+export function readProfile(path: string): ActivationProfile {
+  const f = readGGUF(path);
+  if (f.metadata.get("general.architecture")?.value !== KIND) throw new Error(`${path}: not an activation profile (general.architecture ≠ ${KIND})`);
+  const num = (k: string) => Number(f.metadata.get(`profile.${k}`)?.value);
+  const arr = (k: string) => f.metadata.get(`profile.${k}`)?.value as Float32Array;
+  const nLayer = num("n_layer");
+  const nFF = num("n_ff");
+  const fileBuf = readFileSync(path);
+  const layers: LayerProfile[] = [];
+  for (let i = 0; i < nLayer; i++) {
+    const t = f.tensorsByName.get(`blk.${i}.act_count`);
+    if (!t || t.type !== 26 || t.ne[0] !== nFF) throw new Error(`${path}: tensor blk.${i}.act_count missing or not I32 [${nFF}]`);
+    const counts = new Uint32Array(nFF);
+    for (let j = 0; j < nFF; j++) counts[j] = fileBuf.readInt32LE(t.offset + 4 * j);
+    layers.push({
+      counts,
+      activeMean: arr("active_mean")[i]!,
+      activeP50: arr("active_p50")[i]!,
+      activeP99: arr("active_p99")[i]!,
+      activeMax: arr("active_max")[i]!,
+      overlap: arr("overlap")[i]!,
+      hot80: arr("hot80")[i]!,
+    });
+  }
+  return {
+    modelName: String(f.metadata.get("profile.model_name")?.value),
+    nLayer,
+    nFF,
+    tokens: num("tokens"),
+    window: num("window"),
+    corpus: String(f.metadata.get("profile.corpus")?.value),
+    layers,
+    ...(f.metadata.has("profile.model_fingerprint") ? { modelFingerprint: String(f.metadata.get("profile.model_fingerprint")!.value) } : {}),
+  };
+}
