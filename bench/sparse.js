@@ -186,15 +186,15 @@ function child(kind, args, limit, timeoutSeconds = 900) {
 
 async function childNeuronpipe() {
   const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
-  const { TraceRecorder } = await import(pathToFileURL(join(rootDir, "dist", "src", "pipeline", "trace.js")).href);
-  const { traceStats } = await import(pathToFileURL(join(rootDir, "dist", "src", "pipeline", "trace-stats.js")).href);
-  const { traceSvg } = await import(pathToFileURL(join(rootDir, "dist", "src", "pipeline", "trace-plot.js")).href);
+  const { TraceRecorder } = np;
+  const { traceStats } = await import(pathToFileURL(join(rootDir, "dist", "src", "trace-tools", "stats.js")).href);
+  const { traceSvg } = await import(pathToFileURL(join(rootDir, "dist", "src", "trace-tools", "plot.js")).href);
   const engine = v.engine ?? "pipeline";
   const t0 = performance.now();
   const pinGates = v["pin-gates"] === undefined ? undefined : v["pin-gates"] === "true" ? true : v["pin-gates"] === "false" ? false : "auto";
-  const model = await np.loadSparseModel(v.model, { memory: Number(v.budget), threads, contextSize: ctx, engine, pinGates });
+  const model = await np.loadSparseModel(v.model, { memory: Number(v.budget), threads, contextSize: ctx, decoder: engine === "sync" ? "inline" : engine, pinGates });
   const loadSeconds = (performance.now() - t0) / 1000;
-  log(`neuronpipe (${engine}): loaded in ${loadSeconds.toFixed(1)} s\n${model.sparse.describe()}`);
+  log(`neuronpipe (${engine}): loaded in ${loadSeconds.toFixed(1)} s\n${model.sparse.describe()}\n${model.decoder.describe()}`);
   const s = model.createSession();
   const trace = engine === "sync" ? undefined : new TraceRecorder({ mode: engine, model: v.model, threads: {} });
   // warm-up: a few tokens so the cache holds the working set, then measure
@@ -222,7 +222,7 @@ async function childNeuronpipe() {
   if (trace) {
     const st = traceStats(trace.records);
     pipeline = {
-      knobs: model.sparse.pipeline.knobs,
+      knobs: model.decoder.knobs,
       latencyMs: st.latencyMs,
       ioHiddenShare: st.ioHiddenShare,
       orchestrationShare: st.orchestrationShare,
@@ -261,9 +261,9 @@ const fmtGiB = (b) => `${(b / 2 ** 30).toFixed(2)} GiB`;
 
 /** llama.cpp's way on our file: dense over a memory mapping of the pack (mode mmap). */
 async function childMmap() {
-  const { loadMappedPack } = await import(pathToFileURL(join(rootDir, "dist", "src", "pipeline", "mmap-model.js")).href);
+  const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
   const t0 = performance.now();
-  const model = await loadMappedPack(v.model, { threads });
+  const model = await np.loadModel(v.model, { threads, decoder: "mmap" });
   const loadSeconds = (performance.now() - t0) / 1000;
   const s = model.createSession({ contextSize: ctx });
   const it = s.generate(PROMPT, { maxTokens: decode, temperature: 0 });

@@ -1,14 +1,21 @@
 // neuronpipe's public API.
-export { loadModel, Model, type LoadOptions } from "./api/model.js";
+export { loadModel, loadSparseModel, Model, type LoadOptions } from "./api/model.js";
 export {
   Session,
   type SessionOptions,
   type GenerateOptions,
   type GeneratedPiece,
   type GenerationStats,
+  type InspectOption,
 } from "./api/session.js";
+export type { StopReason } from "../actors/session-machine.js";
+// how tokens run through the layers (dense, inline, pipeline, blocking, mmap)
+export type { Decoder, DecoderKind, DecodeContext, ContextOptions } from "./decode/decoder.js";
+export { DEFAULT_DECODER, type OpenOptions } from "./decode/open.js";
+export type { PipelineOptions, PipelineKnobs } from "./decode/pipeline/pipeline.js";
+export { TraceRecorder, type TraceRecord } from "./trace/recorder.js";
 export type { ModelConfig, FfnActivation } from "./model/config.js";
-export { Sampler, type SamplingOptions } from "./api/sampling.js";
+export { Sampler, defaultSampling, type SamplingOptions } from "./api/sampling.js";
 export { readGGUF, GGUFError, type GGUFFile, type TensorInfo } from "./gguf/reader.js";
 export { GGUFWriter } from "./gguf/writer.js";
 export { synthModel, synthShapes, type SynthShape, type SynthOptions } from "./tools/synth/synth.js";
@@ -17,7 +24,7 @@ export { sessionMachine } from "../actors/session-machine.js";
 export { native } from "./native.js";
 export { GenerationPool, type WorkerPoolOptions } from "./api/generation-pool.js";
 // sparse decoding from a neuron pack under a memory budget
-export { loadSparseModel, SparseRuntime, type SparseLoadOptions, type SparseLayerReport } from "./decode/sparse-model.js";
+export { SparseParts, type SparseLayerReport, type PredictorMode, type IoOptions } from "./decode/sparse-parts.js";
 export { openPack } from "./sparse/pack/open.js";
 export { writePack } from "./sparse/pack/write.js";
 export { PackError, type Pack } from "./sparse/pack/format.js";

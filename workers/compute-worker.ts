@@ -1,12 +1,14 @@
-// A compute actor's thread (piscina worker, role big or little): runs the forward steps of a
-// pipelined session on native memory addressed by buffer id — attention, predictor, the gate /
-// up / down rows of one cluster, the logits, a dense prefill. Tasks carry descriptors only
-// (src/pipeline/protocol.ts) and run in arrival order, so the scheduler fixes the order in
-// which the down columns accumulate.
+// A compute worker's thread (piscina worker, role big or little): runs the forward steps of a
+// pipelined session on native memory addressed by buffer id — a layer's front (attention,
+// predictor, gates), the gate rows of one cluster, the up/down rows of its fired neurons, the
+// logits, a dense prefill — with the FFN steps every decoder shares (sparse/ffn/steps.ts).
+// Tasks carry descriptors only (actors/protocol.ts) and run in arrival order, so the token
+// machine fixes the order in which the down columns accumulate; a task that needs reads waits
+// on their completion flags here (io-flags.ts), not in the scheduler.
 import { native, type NativeAddon } from "../src/native.js";
 import { addFfnOutput, attentionBlock, checkBatch, embedTokens, ffnInput, forward, outputLogits } from "../src/model/forward.js";
 import type { Weights } from "../src/model/weights.js";
-import { createBundleScratch, denseBundles, type BundleScratch } from "../src/sparse/ffn/dense-bundles.js";
+import { bundleRange, createBundleScratch, FfnSteps, type BundleScratch, type TokenRows } from "../src/sparse/ffn/steps.js";
 import type { ComputeInit, ComputeResult, ComputeTask, FrontTask } from "../actors/protocol.js";
 import { nowUs } from "../src/trace/recorder.js";
 import { serveChannel } from "../src/decode/pipeline/worker-channel.js";
@@ -16,14 +18,9 @@ interface State {
   init: ComputeInit;
   weights: Weights;
   bundles: BundleScratch;
-  P: Int32Array;
-  slots: Int32Array;
-  gate: Float32Array;
-  aSlots: Int32Array;
-  aPos: Int32Array;
-  gA: Float32Array;
-  scores: Float32Array;
-  slotOf: Int32Array;
+  steps: FfnSteps;
+  /** The decode token's rows of the run state. */
+  token: TokenRows;
   ioDone: Int32Array;
   /** Fired neurons [0, prefixDone) of the current layer already computed (resident prefix), with their up/down intervals. */
   prefixDone: number;
@@ -45,20 +42,13 @@ function setUp(init: ComputeInit): State {
   if (init.cores) n.setAffinity(init.cores);
   n.setThreads(init.threads);
   tid = n.threadInfo().tid;
-  const f = init.ffn;
-  const nFF = init.cfg.nFF;
+  const { rs } = init;
   return {
     init,
     weights: { ...init.weights, buffers: [] },
-    bundles: createBundleScratch(nFF, init.prefill.bundleScratch, 0),
-    P: n.viewI32(f.scratch, f.off.P, nFF),
-    slots: n.viewI32(f.scratch, f.off.slots, nFF),
-    gate: n.viewF32(f.scratch, f.off.gate, nFF),
-    aSlots: n.viewI32(f.scratch, f.off.aSlots, nFF),
-    aPos: n.viewI32(f.scratch, f.off.aPos, nFF),
-    gA: n.viewF32(f.scratch, f.off.gA, nFF),
-    scores: n.viewF32(f.scratch, f.off.scores, nFF),
-    slotOf: n.viewI32(f.slotOf.buf, f.slotOf.off, init.cfg.nLayer * nFF),
+    bundles: createBundleScratch(init.cfg.nFF, init.prefill.bundleScratch, 0),
+    steps: new FfnSteps(init.ffn, init.cfg.nLayer),
+    token: { buf: rs.buf, x: rs.x, xb: rs.xb, o: rs.o },
     ioDone: new Int32Array(init.ioDone),
     prefixDone: 0,
     prefixCuts: [],
@@ -80,46 +70,39 @@ export default function compute(task: ComputeTask): ComputeResult {
   const n = native();
   const { cfg, rs } = s.init;
   switch (task.op) {
-    case "attention":
-      attention(s, task.layer, task.pos0, task.nTok, task.tokens);
-      break;
     case "front":
-      Object.assign(out, front(n, s, task));
+      return front(s, task);
+    case "gate": {
+      waitReads(s, task.layer, task.waitFor); // the wait is not a kernel span
+      out.t0 = nowUs();
+      Object.assign(out, s.steps.gate(task.layer, s.token, task.start, task.count));
       break;
+    }
     case "back": {
-      // the resident prefix ran after the front's answer; wait for the reads, then the rest
-      for (const b of task.batches) waitBatch(s.ioDone, b, `compute worker: layer ${task.layer}`);
-      const c = upDown(n, s, s.prefixDone, task.nA); // the wait before is not a kernel span
-      out.cuts = [...s.prefixCuts, ...c];
+      waitReads(s, task.layer, task.waitFor);
+      // with a prefix, the resident fired neurons before it ran after the front's answer
+      const from = task.prefixed ? task.start + s.prefixDone : task.start;
+      const c = upDown(s, from, task.start + task.nA);
+      out.cuts = task.prefixed ? [...s.prefixCuts, ...c] : c;
       s.prefixDone = 0;
       s.prefixCuts = [];
-      if (task.next) {
-        out.t1 = c[3]!;
-        out.front = front(n, s, task.next);
-        return out;
-      }
-      break;
+      out.t0 = out.cuts[0]!;
+      out.t1 = c[3]!;
+      if (task.next) out.front = front(s, task.next);
+      return out;
     }
-    case "predict":
-      out.nP = predict(n, s, task.layer, task.oracle);
-      break;
-    case "gate":
-      Object.assign(out, gate(n, s, task.layer, task.start, task.count));
-      break;
-    case "up":
-      up(n, s, task.start, task.nA);
-      break;
-    case "down":
-      down(n, s, task.start, task.nA);
-      break;
     case "ffn": {
-      const g = gate(n, s, task.layer, task.start, task.count);
-      upDown(n, s, task.start, task.start + g.nA);
+      waitReads(s, task.layer, task.waitFor);
+      out.t0 = nowUs();
+      const g = s.steps.gate(task.layer, s.token, task.start, task.count);
+      upDown(s, task.start, task.start + g.nA);
       Object.assign(out, g);
-      break;
+      out.t1 = nowUs();
+      if (task.next) out.front = front(s, task.next);
+      return out;
     }
     case "logits":
-      addFfnOutput(cfg, rs, 1);
+      addFfnOutput(cfg, rs, 1); // the residual step of the last layer
       out.logits = outputLogits(cfg, s.weights, rs, 1, false);
       break;
     case "prefill":
@@ -132,34 +115,41 @@ export default function compute(task: ComputeTask): ComputeResult {
   return out;
 }
 
-/** layer > 0: x += o of the layer before; layer 0 with tokens: embed them. Then attention and xb = ffn_norm(x). */
-function attention(s: State, layer: number, pos0: number, nTok: number, tokens?: number[]): void {
-  const { cfg, rs, kv } = s.init;
-  if (tokens) {
-    checkBatch(rs, kv, nTok, pos0);
-    embedTokens(cfg, s.weights, rs, tokens);
-  } else if (layer > 0) addFfnOutput(cfg, rs, nTok);
-  attentionBlock(cfg, s.weights, rs, kv, layer, pos0, nTok);
-  ffnInput(cfg, s.weights, rs, layer, nTok);
+/** Block this thread (not a core) until the read batches have landed; a failed batch throws. */
+function waitReads(s: State, layer: number, batches: readonly number[]): void {
+  for (const b of batches) waitBatch(s.ioDone, b, `compute worker: layer ${layer}`);
 }
 
-/** Attention, predictor and every predicted gate row of a layer (pinned gates: row = layer·nFF + p). */
-function front(n: NativeAddon, s: State, task: FrontTask): ComputeResult {
+/**
+ * The start of a layer: x += o of the layer before (or the token's embedding), attention,
+ * xb = ffn_norm(x), o = 0, the predictor — and with `gates` every predicted gate row (pinned
+ * gate rows: row = layer·nFF + p).
+ */
+function front(s: State, task: FrontTask): ComputeResult {
+  const { cfg, rs, kv } = s.init;
   const t0 = nowUs();
-  attention(s, task.layer, task.pos0, task.nTok, task.tokens);
+  if (task.tokens) {
+    checkBatch(rs, kv, task.nTok, task.pos0);
+    embedTokens(cfg, s.weights, rs, task.tokens);
+  } else if (task.residual) addFfnOutput(cfg, rs, task.nTok);
+  attentionBlock(cfg, s.weights, rs, kv, task.layer, task.pos0, task.nTok);
+  ffnInput(cfg, s.weights, rs, task.layer, task.nTok);
   const m1 = nowUs();
-  const nP = predict(n, s, task.layer, task.oracle);
+  s.steps.zero(s.token);
+  const nP = s.steps.predict(task.layer, s.token, task.oracle);
   const m2 = nowUs();
-  const base = task.layer * s.init.cfg.nFF;
-  for (let k = 0; k < nP; k++) s.slots[k] = base + s.P[k]!;
-  const g = gate(n, s, task.layer, 0, nP);
+  if (!task.gates) return { t0, t1: m2, tid, nP, cuts: [t0, m1, m1, m2] };
+  const { P, slots, aSlots } = s.steps;
+  const base = task.layer * cfg.nFF;
+  for (let k = 0; k < nP; k++) slots[k] = base + P[k]!;
+  const g = s.steps.gate(task.layer, s.token, 0, nP);
   // the resident prefix of the fired neurons, computed once this answer is posted
   let prefix = 0;
-  if (task.prefix) while (prefix < g.nA && s.aSlots[prefix]! >= 0) prefix++;
+  if (task.prefix) while (prefix < g.nA && aSlots[prefix]! >= 0) prefix++;
   s.prefixDone = 0;
   s.prefixCuts = [];
   afterAnswer = () => {
-    s.prefixCuts = upDown(n, s, 0, prefix);
+    s.prefixCuts = upDown(s, 0, prefix);
     s.prefixDone = prefix;
   };
   const t1 = nowUs();
@@ -167,68 +157,12 @@ function front(n: NativeAddon, s: State, task: FrontTask): ComputeResult {
 }
 
 /** Up, act and down of fired neurons [from, to) (down in order: callers go from 0 upwards); returns the up and down intervals. */
-function upDown(n: NativeAddon, s: State, from: number, to: number): number[] {
+function upDown(s: State, from: number, to: number): number[] {
   const t0 = nowUs();
-  if (to > from) up(n, s, from, to - from);
+  if (to > from) s.steps.upAct(s.token, from, to - from);
   const t1 = nowUs();
-  if (to > from) down(n, s, from, to - from);
+  if (to > from) s.steps.down(s.token, from, to - from);
   return [t0, t1, t1, nowUs()];
-}
-
-/** o = 0; P = the predicted neurons of `layer`, ascending pack positions; returns |P|. */
-function predict(n: NativeAddon, s: State, layer: number, oracle: boolean): number {
-  const { cfg, rs, ffn } = s.init;
-  const nFF = cfg.nFF;
-  n.viewF32(rs.buf, rs.o, cfg.nEmbd).fill(0);
-  if (oracle || !ffn.pred) {
-    for (let p = 0; p < nFF; p++) s.P[p] = p;
-    return nFF;
-  }
-  const pr = ffn.pred;
-  n.predictorScores(pr.buf, pr.fc1[layer]!, pr.buf, pr.fc2[layer]!, cfg.nEmbd, pr.hidden[layer]!, nFF, rs.buf, rs.x, 1, ffn.scratch, ffn.off.scores);
-  const thr = pr.threshold[layer]!;
-  let nP = 0;
-  for (let p = 0; p < nFF; p++) if (s.scores[p]! > thr) s.P[nP++] = p;
-  return nP;
-}
-
-/**
- * Phase 1 of one cluster: gate rows of P[start, start+count) (rows in slots[start…]). Fired
- * neurons go to aSlots/aPos/gA[start…] with their cache slots — with pinned gates looked up in
- * slotOf (-1 when up+down are not resident; the scheduler's loadUpDown then writes them).
- */
-function gate(n: NativeAddon, s: State, layer: number, start: number, count: number): { nA: number; nSilent: number } {
-  const { cfg, rs, ffn } = s.init;
-  const gr = ffn.gateRows;
-  n.matvecRows(ffn.gateType, gr.buf, 0, gr.rows, cfg.nEmbd, ffn.scratch, ffn.off.slots + start * 4, count, rs.buf, rs.xb, ffn.scratch, ffn.off.gate + start * 4, gr.stride);
-  const base = layer * cfg.nFF;
-  let nA = 0;
-  let nSilent = 0;
-  for (let k = start; k < start + count; k++) {
-    const g = s.gate[k]!;
-    if (g > 0) {
-      s.aSlots[start + nA] = ffn.pinned ? s.slotOf[base + s.P[k]!]! : s.slots[k]!;
-      s.aPos[start + nA] = s.P[k]!;
-      s.gA[start + nA] = g;
-      nA++;
-    } else s.slots[start + nSilent++] = s.P[k]!; // slot no longer needed: its position, for demoteSilent
-  }
-  return { nA, nSilent };
-}
-
-/** Phase 2a: up rows of the fired neurons, then h = act(g)·u. */
-function up(n: NativeAddon, s: State, start: number, nA: number): void {
-  const { cfg, rs, ffn } = s.init;
-  const o = ffn.off;
-  n.matvecRows(ffn.upType, ffn.arena, ffn.upOffset, ffn.slots, cfg.nEmbd, ffn.scratch, o.aSlots + start * 4, nA, rs.buf, rs.xb, ffn.scratch, o.uA + start * 4, ffn.slotBytes);
-  n.gatedAct(ffn.kind, ffn.scratch, o.gA + start * 4, ffn.scratch, o.uA + start * 4, ffn.scratch, o.hA + start * 4, nA);
-}
-
-/** Phase 2b: o += Σ h[k]·down(k), k ascending; the scheduler posts clusters in pack order. */
-function down(n: NativeAddon, s: State, start: number, nA: number): void {
-  const { cfg, rs, ffn } = s.init;
-  const o = ffn.off;
-  n.axpyRows(ffn.downType, ffn.arena, ffn.downOffset, ffn.slots, cfg.nEmbd, ffn.scratch, o.aSlots + start * 4, nA, ffn.scratch, o.hA + start * 4, rs.buf, rs.o, ffn.slotBytes);
 }
 
 /**
@@ -241,20 +175,16 @@ function prefill(n: NativeAddon, s: State, tokens: number[], pos0: number): { lo
   const per = Math.max(1, Math.floor(pf.stagingBytes / B));
   s.bundles = createBundleScratch(cfg.nFF, pf.bundleScratch, 0); // its iota shares the decode scratch: write it again
   let reads = 0;
-  const w: Weights = {
-    ...s.weights,
-    sparseFfn: {
-      run(layer, rs2, nTok) {
-        n.viewF32(rs2.buf, rs2.o, nTok * cfg.nEmbd).fill(0);
-        for (let a = 0; a < cfg.nFF; a += per) {
-          const m = Math.min(per, cfg.nFF - a);
-          n.readBatch(pf.loader, Float64Array.of(pf.layerOffsets[layer]! + a * B, m * B, pf.staging, 0));
-          reads += m * B;
-          denseBundles(ffn, pf.staging, 0, m, rs2, nTok, s.bundles);
-        }
-      },
+  const logits = forward(cfg, s.weights, rs, kv, tokens, pos0, {
+    ffn(layer, rs2, nTok) {
+      n.viewF32(rs2.buf, rs2.o, nTok * cfg.nEmbd).fill(0);
+      for (let a = 0; a < cfg.nFF; a += per) {
+        const m = Math.min(per, cfg.nFF - a);
+        n.readBatch(pf.loader, Float64Array.of(pf.layerOffsets[layer]! + a * B, m * B, pf.staging, 0));
+        reads += m * B;
+        bundleRange(ffn, pf.staging, 0, m, rs2, nTok, s.bundles);
+      }
     },
-  };
-  const logits = forward(cfg, w, rs, kv, tokens, pos0);
+  });
   return { logits, reads };
 }

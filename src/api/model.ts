@@ -1,35 +1,34 @@
-// A loaded model: configuration, tokenizer and weights mapped from a GGUF file.
-import { readGGUF, type GGUFFile } from "../gguf/reader.js";
-import { native } from "../native.js";
-import { createTokenizer, type Tokenizer } from "../tokenizer/index.js";
+// A loaded model: configuration, tokenizer, and the decoder that runs tokens through its layers
+// (src/decode/) — dense for a plain GGUF file; inline, pipeline, blocking or mmap for a neuron
+// pack under a memory budget.
+import type { GGUFFile } from "../gguf/reader.js";
+import type { ModelConfig } from "../model/config.js";
+import type { Decoder } from "../decode/decoder.js";
+import { openModelFile, type OpenOptions } from "../decode/open.js";
+import type { SparseParts } from "../decode/sparse-parts.js";
+import type { Tokenizer } from "../tokenizer/index.js";
 import { Session, type SessionOptions } from "./session.js";
-import { readConfig, type ModelConfig } from "../model/config.js";
-import { vocabFromGGUF } from "../model/vocab.js";
-import { bindWeights, type Weights } from "../model/weights.js";
-import type { SparseRuntime } from "../decode/sparse-model.js";
 
-export interface LoadOptions {
-  /** Native compute threads (default: all online CPUs). Results are identical for any count. */
-  threads?: number;
-  /** Abort loading (checked between steps). */
-  signal?: AbortSignal;
-}
+/** Load options (src/decode/open.ts): threads and signal for any file, the rest for neuron packs. */
+export type LoadOptions = OpenOptions;
 
 export class Model {
   private disposed = false;
-  private sessions = new Set<Session>();
+  private readonly sessions = new Set<Session>();
+  /** Settles when the decoder has released everything (worker threads stopped). */
+  private closed: Promise<void> = Promise.resolve();
 
   constructor(
     readonly path: string,
     readonly file: GGUFFile,
     readonly config: ModelConfig,
     readonly tokenizer: Tokenizer,
-    readonly weights: Weights,
-    /** Set when the model was loaded from a neuron pack under a memory budget (loadSparseModel). */
-    readonly sparse?: SparseRuntime,
+    readonly decoder: Decoder,
+    /** Set when the model was loaded from a neuron pack under a memory budget: the memory plan, cache and statistics. */
+    readonly sparse?: SparseParts,
   ) {}
 
-  /** Bytes of the mapped file plus converted tensors. */
+  /** Bytes of the model file. */
   get weightBytes(): number {
     return this.file.fileSize;
   }
@@ -46,38 +45,22 @@ export class Model {
     if (this.disposed) return;
     for (const s of [...this.sessions]) s.dispose();
     this.disposed = true;
-    const n = native();
-    for (const b of this.weights.buffers) n.free(b);
-    this.sparse?.dispose();
+    this.closed = this.decoder.dispose();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     this.dispose();
-    await this.sparse?.closed; // the pipeline's worker threads have stopped
+    await this.closed; // the pipeline's worker threads have stopped
   }
 }
 
-/** Set the native pool's thread count from a load option (checked; `who` names the caller in the error). */
-export function applyThreads(who: string, threads: number | undefined): void {
-  if (threads === undefined) return;
-  if (!(Number.isInteger(threads) && threads >= 1)) throw new RangeError(`${who}: threads must be a whole number ≥ 1, got ${threads}`);
-  native().setThreads(threads);
-}
-
+/** Load a GGUF model or a neuron pack (with `memory`, its budget); see LoadOptions. */
 export async function loadModel(path: string, options: LoadOptions = {}): Promise<Model> {
-  options.signal?.throwIfAborted();
-  const n = native();
-  applyThreads("loadModel", options.threads);
-  const file = readGGUF(path);
-  const config = readConfig(file);
-  const tokenizer = createTokenizer(vocabFromGGUF(file));
-  options.signal?.throwIfAborted();
-  const mapped = n.mapFile(path);
-  try {
-    const weights = bindWeights(file, config, mapped.id);
-    return new Model(path, file, config, tokenizer, weights);
-  } catch (e) {
-    n.free(mapped.id);
-    throw e;
-  }
+  const m = await openModelFile(path, options);
+  return new Model(m.path, m.file, m.config, m.tokenizer, m.decoder, m.sparse);
+}
+
+/** Load a neuron pack under a memory budget: loadModel with `memory` required. */
+export async function loadSparseModel(path: string, options: LoadOptions & { memory: number | string }): Promise<Model> {
+  return loadModel(path, options);
 }

@@ -3,7 +3,7 @@
 // → draw). A seeded PRNG makes every run reproducible; temperature 0 is greedy.
 
 export interface SamplingOptions {
-  /** 0 = greedy (default 0.8 like llama.cpp when unset in the CLI; the library default is greedy). */
+  /** 0 = greedy (default 0.8, as llama.cpp; the library and the CLI share these defaults). */
   temperature?: number;
   topK?: number; // 0 = off
   topP?: number; // 1 = off
@@ -13,8 +13,9 @@ export interface SamplingOptions {
   seed?: number;
 }
 
+/** The sampling defaults of the library and the CLI alike (llama.cpp's; a fixed seed, so the same call gives the same text). */
 export const defaultSampling: Required<SamplingOptions> = {
-  temperature: 0,
+  temperature: 0.8,
   topK: 40,
   topP: 0.95,
   minP: 0.05,

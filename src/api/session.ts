@@ -1,8 +1,9 @@
 // A conversation with a model: its KV cache, its position, and text generation as an async
 // iterator of pieces. The session protocol (idle → prefilling → decoding → done | cancelled |
-// failed) is the XState machine in actors/session-machine.ts; this file injects the work.
+// failed) is the XState machine in actors/session-machine.ts; the work it invokes is the
+// model's decoder (src/decode/), whatever kind it is.
 import { EventEmitter } from "eventemitter3";
-import { createActor, fromPromise, type InspectionEvent } from "xstate";
+import { createActor, fromPromise, toObserver, type InspectionEvent, type Observer, type Subscription } from "xstate";
 import {
   type DecodeStepInput,
   type DecodeStepOutput,
@@ -10,31 +11,37 @@ import {
   type StopReason,
   sessionMachine,
 } from "../../actors/session-machine.js";
-import { GGMLType, native } from "../native.js";
-import { createKVCache, createRunState, forward, type ForwardOptions, type KVCache, type RunState } from "../model/forward.js";
-import type { Model } from "./model.js";
+import type { ContextOptions, DecodeContext, Decoder } from "../decode/decoder.js";
+import type { ForwardOptions } from "../model/forward.js";
+import type { ModelConfig } from "../model/config.js";
+import { native } from "../native.js";
+import type { Tokenizer } from "../tokenizer/index.js";
+import { recordInspection, TraceRecorder } from "../trace/recorder.js";
 import { Sampler, type SamplingOptions } from "./sampling.js";
-import { inspectInto, TraceRecorder } from "../trace/recorder.js";
 
-export interface SessionOptions {
-  /** Context length in tokens (default: min(model's training context, 2048)). */
-  contextSize?: number;
-  /** Prompt tokens evaluated per batch (default 256). */
-  batchSize?: number;
-  /** KV cache element type (default f16, as llama.cpp). */
-  kvType?: "f16" | "f32";
-}
+export type SessionOptions = ContextOptions;
+
+/** Tokens generated when maxTokens is not given (library and CLI alike). */
+export const DEFAULT_MAX_TOKENS = 128;
+
+/** What XState's `inspect` option takes: an observer or a function of inspection events. */
+export type InspectOption = Observer<InspectionEvent> | ((ev: InspectionEvent) => void);
 
 export interface GenerateOptions extends SamplingOptions {
+  /** Tokens to generate (default 128). */
   maxTokens?: number;
   signal?: AbortSignal;
   /** Add the BOS token before the prompt (default: the tokenizer's rule). Ignored when the session already holds tokens. */
   addBos?: boolean;
-  /** Observe the session machine (XState inspection events). */
-  inspect?: (ev: InspectionEvent) => void;
   /**
-   * Record a trace of the generation (a model decoding with the actor pipeline): a JSON-lines
-   * file path, or a recorder to collect the records in memory. See docs/pipeline.md.
+   * Observe the actors of this generation — the session machine and the decoder's actor system —
+   * as XState inspection events (an observer or a function, as XState's `inspect` option). An
+   * observer that throws is reported once as a process warning and does not stop the generation.
+   */
+  inspect?: InspectOption;
+  /**
+   * Record a trace of the generation: a JSON-lines file path, or a recorder to collect the
+   * records in memory. See docs/pipeline.md, "Trace format".
    */
   trace?: string | TraceRecorder;
 }
@@ -65,11 +72,32 @@ export interface SessionEvents {
   disposed: () => void;
 }
 
+/** An inspection observer that never throws into XState: the first error becomes a warning. */
+function guardedObserver(option: InspectOption): (ev: InspectionEvent) => void {
+  const o = toObserver(option as Observer<InspectionEvent>);
+  let warned = false;
+  return (ev) => {
+    try {
+      o.next?.(ev);
+    } catch (e) {
+      if (!warned) process.emitWarning(`inspect observer threw (later errors of this generation are not reported): ${(e as Error)?.message ?? String(e)}`, "NeuronpipeInspectWarning");
+      warned = true;
+    }
+  };
+}
+
+/** What a session needs of its model (api/model.ts's Model has these). */
+export interface SessionModel {
+  readonly path: string;
+  readonly config: ModelConfig;
+  readonly tokenizer: Tokenizer;
+  readonly decoder: Decoder;
+}
+
 export class Session extends EventEmitter<SessionEvents> {
   readonly contextSize: number;
   readonly batchSize: number;
-  private rs: RunState;
-  private kv: KVCache;
+  private readonly ctx: DecodeContext;
   /** Tokens whose K/V are in the cache, in order. */
   readonly tokens: number[] = [];
   /** Tokens generated but not yet evaluated (the last one of a generation); evaluated first next time. */
@@ -79,62 +107,36 @@ export class Session extends EventEmitter<SessionEvents> {
   lastStats?: GenerationStats;
 
   constructor(
-    readonly model: Model,
+    readonly model: SessionModel,
     opts: SessionOptions = {},
   ) {
     super();
-    const cfg = model.config;
-    const plan = model.sparse?.plan.options; // a sparse model's memory plan reserved one session of this size
-    this.contextSize = opts.contextSize ?? plan?.contextSize ?? Math.min(cfg.nCtxTrain, 2048);
-    this.batchSize = opts.batchSize ?? plan?.batchSize ?? 256;
-    if (plan && (this.contextSize > plan.contextSize || this.batchSize > plan.batchSize)) {
-      throw new RangeError(
-        `session of context ${this.contextSize} / batch ${this.batchSize} exceeds the memory plan of ${model.path} (context ${plan.contextSize}, batch ${plan.batchSize}); load the model with a larger contextSize/batchSize`,
-      );
-    }
-    if (!(Number.isInteger(this.contextSize) && this.contextSize >= 1)) {
-      throw new RangeError(`contextSize must be a whole number ≥ 1, got ${this.contextSize}`);
-    }
-    if (!(Number.isInteger(this.batchSize) && this.batchSize >= 1)) {
-      throw new RangeError(`batchSize must be a whole number ≥ 1, got ${this.batchSize}`);
-    }
-    if (plan && opts.kvType === "f32") throw new RangeError("a sparse model's memory plan reserves an F16 KV cache");
-    this.rs = createRunState(cfg, this.batchSize, !model.weights.sparseFfn);
-    this.kv = createKVCache(cfg, this.contextSize, opts.kvType === "f32" ? GGMLType.F32 : GGMLType.F16);
-    try {
-      model.sparse?.addSessionBuffers([this.rs.buf, this.kv.buf]);
-    } catch (e) {
-      native().free(this.rs.buf);
-      native().free(this.kv.buf);
-      throw e;
-    }
+    this.ctx = model.decoder.createContext(opts);
+    this.contextSize = this.ctx.contextSize;
+    this.batchSize = this.ctx.batchSize;
   }
 
   /** Native bytes held by this session (KV cache + scratch). */
   get stateBytes(): number {
-    return this.rs.bytes + this.kv.bytes;
+    return this.ctx.rs.bytes + this.ctx.kv.bytes;
   }
 
   /**
    * Evaluate tokens at the end of the context and return a copy of the logits — of the last
-   * token, or of every token with `all` (teacher forcing).
+   * token, or of every token with `all` (teacher forcing). Runs on the calling thread.
    */
   evaluate(tokens: readonly number[], all = false, hooks: Pick<ForwardOptions, "onFfnActivations" | "onLayer"> = {}): Float32Array {
     this.checkUsable();
-    if (this.model.sparse?.pipeline) {
-      throw new Error(
-        `evaluate() runs on the calling thread; ${this.model.path} was loaded with engine "${this.model.sparse.pipeline.mode}" (worker threads) — use generate(), or load it with engine "sync" to evaluate`,
-      );
-    }
+    if (this.busy) throw new Error("session is generating: evaluate() would corrupt it; wait for the generation to end");
     const V = this.model.config.nVocab;
     const out = new Float32Array((all ? tokens.length : 1) * V);
     for (let i = 0; i < tokens.length; i += this.batchSize) {
       const batch = tokens.slice(i, i + this.batchSize);
-      const off = forward(this.model.config, this.model.weights, this.rs, this.kv, batch, this.tokens.length, { allLogits: all, ...hooks });
+      const off = this.model.decoder.evaluate(this.ctx, batch, this.tokens.length, { allLogits: all, ...hooks });
       this.tokens.push(...batch);
       const n = all ? batch.length : 1;
       if (all || i + this.batchSize >= tokens.length) {
-        out.set(native().viewF32(this.rs.buf, off, n * V), all ? i * V : 0);
+        out.set(native().viewF32(this.ctx.rs.buf, off, n * V), all ? i * V : 0);
       }
     }
     return out;
@@ -143,6 +145,7 @@ export class Session extends EventEmitter<SessionEvents> {
   /** Forget the context (the KV cache is overwritten from position 0). */
   reset(): void {
     this.checkUsable();
+    if (this.busy) throw new Error("session is generating: reset() would corrupt it; wait for the generation to end");
     this.tokens.length = 0;
     this.unevaluated = [];
   }
@@ -151,7 +154,7 @@ export class Session extends EventEmitter<SessionEvents> {
   async *generate(prompt: string, opts: GenerateOptions = {}): AsyncGenerator<GeneratedPiece, GenerationStats> {
     this.checkUsable();
     if (this.busy) throw new Error("session is already generating");
-    const maxTokens = opts.maxTokens ?? 128;
+    const maxTokens = opts.maxTokens ?? DEFAULT_MAX_TOKENS;
     if (!(Number.isInteger(maxTokens) && maxTokens >= 0)) throw new RangeError(`maxTokens must be a whole number ≥ 0`);
     const sampler = new Sampler(opts);
     const tok = this.model.tokenizer;
@@ -161,7 +164,8 @@ export class Session extends EventEmitter<SessionEvents> {
     if (this.tokens.length + promptTokens.length >= this.contextSize) {
       throw new RangeError(`prompt of ${promptTokens.length} tokens does not fit the context (${this.contextSize - this.tokens.length} free)`);
     }
-    this.busy = true;
+    const { ctx } = this;
+    const { decoder } = this.model;
     const detok = tok.createDecoderStream();
     const n = native();
     const V = this.model.config.nVocab;
@@ -172,22 +176,7 @@ export class Session extends EventEmitter<SessionEvents> {
     let decodeMs = 0; // time in decode forward passes
     let decodePasses = 0;
     let closed = false;
-    const pipeline = this.model.sparse?.pipeline;
-    const trace =
-      pipeline && opts.trace !== undefined
-        ? typeof opts.trace === "string"
-          ? new TraceRecorder({ mode: pipeline.mode, model: this.model.path, threads: {} }, opts.trace)
-          : opts.trace
-        : undefined;
-    if (pipeline) pipeline.trace = trace;
-    const record = trace ? inspectInto(trace, "session") : undefined;
-    const inspect =
-      record || opts.inspect
-        ? (ev: InspectionEvent) => {
-            opts.inspect?.(ev);
-            record?.(ev);
-          }
-        : undefined;
+    const subscriptions: Subscription[] = [];
 
     // channel from the decode actor to this iterator: one pending piece, resumed on pull
     let pending: { piece: GeneratedPiece; resume: () => void } | undefined;
@@ -202,12 +191,13 @@ export class Session extends EventEmitter<SessionEvents> {
       actors: {
         prefill: fromPromise<void, PrefillInput>(async ({ input }) => {
           tPrefill0 = performance.now();
-          if (pipeline) {
-            // the accelerator-role prefill actor: dense batches, FFN streamed from the pack
-            const off = await pipeline.prefill(this.rs, this.kv, input.tokens, this.tokens.length, opts.signal);
-            this.tokens.push(...input.tokens);
-            logits = Float32Array.from(n.viewF32(this.rs.buf, off, V));
-          } else logits = this.evaluate(input.tokens);
+          let off = -1;
+          for (let i = 0; i < input.tokens.length; i += this.batchSize) {
+            const batch = input.tokens.slice(i, i + this.batchSize);
+            off = await decoder.prefill(ctx, batch, this.tokens.length, opts.signal);
+            this.tokens.push(...batch);
+          }
+          logits = Float32Array.from(n.viewF32(ctx.rs.buf, off, V));
           this.unevaluated = [];
           tPrefill1 = performance.now();
           this.emit("prefilled", { tokens: input.tokens.length, seconds: (tPrefill1 - tPrefill0) / 1000 });
@@ -228,27 +218,38 @@ export class Session extends EventEmitter<SessionEvents> {
           if (closed || input.step + 1 >= maxTokens) return { token, stop: "max-tokens" };
           if (this.tokens.length + 1 >= this.contextSize) return { token, stop: "context-full" };
           const t0 = performance.now();
-          const off = pipeline
-            ? await pipeline.decode(this.rs, this.kv, token, this.tokens.length, opts.signal)
-            : forward(this.model.config, this.model.weights, this.rs, this.kv, [token], this.tokens.length);
+          const off = await decoder.decode(ctx, token, this.tokens.length, opts.signal);
           if (closed) return { token, stop: "max-tokens" }; // cancelled while the pass ran: the token stays unevaluated
           this.tokens.push(token);
           this.unevaluated = [];
-          logits = Float32Array.from(n.viewF32(this.rs.buf, off, V));
+          logits = Float32Array.from(n.viewF32(ctx.rs.buf, off, V));
           decodeMs += performance.now() - t0;
           decodePasses++;
           return { token };
         }),
       },
     });
-    const actor = createActor(machine, { inspect });
-    actor.subscribe({ complete: notify, error: notify });
-    actor.subscribe(() => notify());
-    const onAbort = () => actor.send({ type: "ABORT", reason: String(opts.signal?.reason ?? "aborted") });
-    opts.signal?.addEventListener("abort", onAbort, { once: true });
-    if (opts.signal?.aborted) onAbort();
 
+    this.busy = true;
+    let trace: TraceRecorder | undefined;
+    let actor: ReturnType<typeof createActor<typeof machine>> | undefined;
+    const onAbort = () => actor?.send({ type: "ABORT", reason: String(opts.signal?.reason ?? "aborted") });
     try {
+      trace = opts.trace === undefined ? undefined : typeof opts.trace === "string" ? new TraceRecorder({ mode: decoder.kind, model: this.model.path, threads: {} }, opts.trace) : opts.trace;
+      decoder.trace = trace;
+      const observers: ((ev: InspectionEvent) => void)[] = [];
+      if (trace) observers.push(recordInspection(trace));
+      if (opts.inspect) {
+        const user = guardedObserver(opts.inspect);
+        observers.push(user);
+        if (decoder.inspect) subscriptions.push(decoder.inspect(user));
+      }
+      const inspect = observers.length === 0 ? undefined : observers.length === 1 ? observers[0] : (ev: InspectionEvent) => observers.forEach((o) => o(ev));
+      actor = createActor(machine, { inspect, id: "session", systemId: "session" });
+      actor.subscribe({ complete: notify, error: notify });
+      actor.subscribe(() => notify());
+      opts.signal?.addEventListener("abort", onAbort, { once: true });
+      if (opts.signal?.aborted) onAbort();
       actor.start();
       actor.send({ type: "START", tokens: promptTokens });
       for (;;) {
@@ -290,14 +291,16 @@ export class Session extends EventEmitter<SessionEvents> {
     } finally {
       closed = true;
       opts.signal?.removeEventListener("abort", onAbort);
-      actor.stop();
+      actor?.stop();
       pending?.resume();
-      if (pipeline) {
-        await pipeline.idle(); // a cancelled pass finishes its layer before the next may start
-        pipeline.trace = undefined;
+      try {
+        await decoder.idle(); // a cancelled pass finishes its layer before the next may start
+      } finally {
+        for (const s of subscriptions) s.unsubscribe();
+        decoder.trace = undefined;
         if (typeof opts.trace === "string") trace?.close();
+        this.busy = false;
       }
-      this.busy = false;
     }
   }
 
@@ -308,10 +311,7 @@ export class Session extends EventEmitter<SessionEvents> {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    const n = native();
-    this.model.sparse?.removeSessionBuffers([this.rs.buf, this.kv.buf]);
-    n.free(this.rs.buf);
-    n.free(this.kv.buf);
+    this.model.decoder.releaseContext(this.ctx);
     this.emit("disposed");
     this.removeAllListeners();
   }

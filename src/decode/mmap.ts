@@ -1,43 +1,77 @@
-// The `mmap` mode: llama.cpp's way on a neuron pack — the whole file memory-mapped, every neuron
+// The mmap decoder: llama.cpp's way on a neuron pack — the whole file memory-mapped, every neuron
 // of every layer computed (dense), the kernel's page cache deciding what stays in RAM. It is the
-// baseline the sparse modes are measured against on the same file; under a memory cgroup the
+// baseline the sparse decoders are measured against on the same file; under a memory cgroup the
 // page cache is what the limit squeezes.
-import { applyThreads, Model, type LoadOptions } from "../api/model.js";
-import type { RunState } from "../model/forward.js";
-import { bindWeights } from "../model/weights.js";
-import { vocabFromGGUF } from "../model/vocab.js";
-import { GateKind, native } from "../native.js";
-import { openPack } from "../sparse/pack/open.js";
-import { createTokenizer } from "../tokenizer/index.js";
-import { bundleLayoutOf, bundleScratchBytes, createBundleScratch, denseBundles } from "../sparse/ffn/dense-bundles.js";
+import type { ForwardOptions } from "../model/forward.js";
+import { forward } from "../model/forward.js";
+import { bindWeights, type Weights } from "../model/weights.js";
+import { native } from "../native.js";
+import { bundleLayoutOf, type BundleLayout } from "../sparse/ffn/layout.js";
+import { bundleRange, bundleScratchBytes, createBundleScratch, type BundleScratch } from "../sparse/ffn/steps.js";
+import type { Pack } from "../sparse/pack/format.js";
+import type { TraceRecorder } from "../trace/recorder.js";
+import { allocContext, freeContext } from "./context.js";
+import type { ContextOptions, DecodeContext, Decoder } from "./decoder.js";
 
-/** Open a neuron pack for dense decoding over a mapping of the file (mode `mmap`). */
-export async function loadMappedPack(path: string, opts: LoadOptions = {}): Promise<Model> {
-  opts.signal?.throwIfAborted();
-  applyThreads("loadMappedPack", opts.threads);
-  const n = native();
-  const pack = openPack(path);
-  const cfg = pack.config;
-  if (cfg.activation !== "reglu" && cfg.activation !== "drelu") throw new Error(`${path}: the mmap mode over a pack needs a ReLU-family FFN, got ${cfg.activation}`);
-  const { id: map } = n.mapFile(path);
-  let scratchBuf = -1;
-  try {
-    const weights = bindWeights(pack.file, cfg, map, { ffn: false }); // tensors at their file offsets in the mapping
-    scratchBuf = n.alloc(bundleScratchBytes(cfg.nFF));
-    const scratch = createBundleScratch(cfg.nFF, scratchBuf, 0);
-    const layout = bundleLayoutOf(pack, cfg.activation === "reglu" ? GateKind.ReGLU : GateKind.dReLU);
-    weights.sparseFfn = {
-      run(layer: number, rs: RunState, nTok: number) {
-        n.viewF32(rs.buf, rs.o, nTok * cfg.nEmbd).fill(0);
-        denseBundles(layout, map, pack.layers[layer]!.bundlesOffset, cfg.nFF, rs, nTok, scratch);
+export class MmapDecoder implements Decoder {
+  readonly kind = "mmap";
+  trace: TraceRecorder | undefined;
+  readonly weights: Weights;
+  private readonly map: number;
+  private readonly layout: BundleLayout;
+  private readonly scratch: BundleScratch;
+
+  constructor(readonly pack: Pack) {
+    const n = native();
+    this.layout = bundleLayoutOf(pack); // refuses a non-ReLU FFN by name
+    this.map = n.mapFile(pack.path).id;
+    try {
+      this.weights = bindWeights(pack.file, pack.config, this.map, { ffn: false }); // tensors at their file offsets in the mapping
+      this.scratch = createBundleScratch(pack.config.nFF, n.alloc(bundleScratchBytes(pack.config.nFF)), 0);
+    } catch (e) {
+      n.free(this.map);
+      throw e;
+    }
+  }
+
+  createContext(opts: ContextOptions): DecodeContext {
+    return allocContext(this.pack.config, opts, false);
+  }
+
+  releaseContext(ctx: DecodeContext): void {
+    freeContext(ctx);
+  }
+
+  evaluate(ctx: DecodeContext, tokens: readonly number[], pos0: number, opts: ForwardOptions = {}): number {
+    const { pack, layout, map, scratch } = this;
+    const n = native();
+    return forward(pack.config, this.weights, ctx.rs, ctx.kv, tokens, pos0, {
+      ...opts,
+      ffn: (layer, rs, nTok) => {
+        n.viewF32(rs.buf, rs.o, nTok * pack.config.nEmbd).fill(0);
+        bundleRange(layout, map, pack.layers[layer]!.bundlesOffset, pack.config.nFF, rs, nTok, scratch);
       },
-    };
-    if (!weights.buffers.includes(map)) weights.buffers.unshift(map);
-    weights.buffers.push(scratchBuf);
-    return new Model(path, pack.file, cfg, createTokenizer(vocabFromGGUF(pack.file)), weights);
-  } catch (e) {
-    if (scratchBuf >= 0) n.free(scratchBuf);
-    n.free(map);
-    throw e;
+    });
+  }
+
+  async prefill(ctx: DecodeContext, tokens: readonly number[], pos0: number): Promise<number> {
+    return this.evaluate(ctx, tokens, pos0);
+  }
+
+  async decode(ctx: DecodeContext, token: number, pos: number): Promise<number> {
+    return this.evaluate(ctx, [token], pos);
+  }
+
+  async idle(): Promise<void> {}
+
+  describe(): string {
+    return "decoder: mmap (dense over a memory mapping of the pack, as llama.cpp; limit its memory with a cgroup)";
+  }
+
+  async dispose(): Promise<void> {
+    const n = native();
+    n.free(this.scratch.buf);
+    for (const b of this.weights.buffers.splice(0)) if (b !== this.map) n.free(b);
+    n.free(this.map);
   }
 }

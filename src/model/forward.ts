@@ -93,6 +93,9 @@ function linear(n: NativeAddon, w: Tensor, rs: RunState, x: number, y: number, n
   else n.matmul(w.type, w.buf, w.off, w.rows, w.cols, rs.buf, x, nTok, rs.buf, y);
 }
 
+/** An FFN computed outside the dense path (a sparse FFN, bundles of a pack): reads rs.x and rs.xb, writes rs.o for nTok tokens. */
+export type FfnBlock = (layer: number, rs: RunState, nTok: number) => void;
+
 export interface ForwardOptions {
   /** Compute logits for every token of the batch (teacher forcing), not only the last. */
   allLogits?: boolean;
@@ -100,6 +103,8 @@ export interface ForwardOptions {
   onLayer?: (layer: number) => void;
   /** Called with the gated FFN activations of a layer: rs.hb holds (nTok, hidden_dim) f32 (profiling). */
   onFfnActivations?: (layer: number, rs: RunState, nTok: number) => void;
+  /** Compute each layer's FFN with this block instead of the dense matrices (decoders over a pack). */
+  ffn?: FfnBlock;
 }
 
 /**
@@ -121,9 +126,9 @@ export function forward(
   for (let l = 0; l < cfg.nLayer; l++) {
     attentionBlock(cfg, w, rs, kv, l, pos0, nTok);
     ffnInput(cfg, w, rs, l, nTok);
-    if (w.sparseFfn) {
-      // only the neurons that fire (src/sparse/sparse-ffn.ts): o = FFN(xb), predicted from x
-      w.sparseFfn.run(l, rs, nTok);
+    if (opts.ffn) {
+      // a decoder's own FFN (src/decode/): o = FFN(xb), e.g. only the neurons predicted to fire
+      opts.ffn(l, rs, nTok);
     } else {
       denseFfn(cfg, w, rs, l, nTok, opts.onFfnActivations);
     }
@@ -133,8 +138,8 @@ export function forward(
   return outputLogits(cfg, w, rs, nTok, opts.allLogits ?? false);
 }
 
-// The steps of forward(), also run one at a time by the actor pipeline's compute workers
-// (src/pipeline/), which put the FFN of each layer between ffnInput and addFfnOutput.
+// The steps of forward(), also run one at a time by the actor pipeline's compute worker
+// (workers/compute-worker.ts), which puts the FFN of each layer between ffnInput and addFfnOutput.
 
 export function checkBatch(rs: RunState, kv: KVCache, nTok: number, pos0: number): void {
   if (nTok < 1 || nTok > rs.maxBatch) throw new RangeError(`forward: batch of ${nTok} tokens (1..${rs.maxBatch})`);

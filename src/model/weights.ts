@@ -28,19 +28,12 @@ export interface LayerWeights {
   ffnDown?: Tensor; // (dim, hidden_dim)
 }
 
-/** An FFN computed outside the dense path: reads rs.x (residual) and rs.xb (normed), writes rs.o, for nTok tokens. */
-export interface SparseFfn {
-  run(layer: number, rs: import("./forward.js").RunState, nTok: number): void;
-}
-
 export interface Weights {
   tokenEmbd: Tensor; // (vocab, dim)
   layers: LayerWeights[];
   outputNorm: Tensor; // (dim) f32
   output: Tensor; // (vocab, dim); the embedding itself when tied
   tiedOutput: boolean;
-  /** Set for sparse models: replaces the dense FFN of every layer. */
-  sparseFfn?: SparseFfn;
   /** Native buffers owned by these weights (the file mapping and converted copies). */
   buffers: number[];
 }

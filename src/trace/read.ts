@@ -3,8 +3,8 @@
 import { readFileSync } from "node:fs";
 import type { Lane, TraceRecord } from "./recorder.js";
 
-/** The trace format version this reader understands (TraceHeader.version). */
-export const SUPPORTED_TRACE_VERSION = 1;
+/** The trace format versions this reader understands (TraceHeader.version): 2 adds payloads, births and every machine's snapshots. */
+export const SUPPORTED_TRACE_VERSIONS = [1, 2] as const;
 
 const LANES: readonly Lane[] = ["scheduler", "predictor", "compute", "io", "prefill"];
 const ACTOR_TYPES = ["@xstate.actor", "@xstate.event", "@xstate.snapshot"];
@@ -51,7 +51,7 @@ function checkRecord(value: unknown, isFirst: boolean, fail: (problem: string) =
   switch (kind) {
     case "header":
       if (!isFirst) fail("a second header record; a trace has exactly one, on its first line");
-      if (r.version !== SUPPORTED_TRACE_VERSION) fail(`unsupported trace version ${JSON.stringify(r.version)} (this neuronpipe reads version ${SUPPORTED_TRACE_VERSION})`);
+      if (!(SUPPORTED_TRACE_VERSIONS as readonly unknown[]).includes(r.version)) fail(`unsupported trace version ${JSON.stringify(r.version)} (this neuronpipe reads versions ${SUPPORTED_TRACE_VERSIONS.join(" and ")})`);
       if (typeof r.mode !== "string") fail(`header: "mode" must be a string`);
       break;
     case "span":

@@ -46,21 +46,32 @@ export interface TokenRecord {
   token?: number; // token id produced by sampling after this pass, when known
 }
 
-/** An XState inspection event (actor created, event delivered, snapshot changed). */
+/**
+ * An XState inspection event: an actor created, an event delivered, a machine's snapshot
+ * changed. Actors are named by system id, else by their parent's name and their id
+ * ("compute:big/channel"); the events carry their payloads (replay re-sends them), with long
+ * arrays summarised as { $array, length } and actor references as { $actor: name }.
+ */
 export interface ActorRecord {
   kind: "actor";
   t: number; // µs since trace start
   type: "@xstate.actor" | "@xstate.event" | "@xstate.snapshot";
-  actor: string; // actor id (system id or session id)
-  event?: string; // event type, for @xstate.event
-  source?: string; // sending actor id, for @xstate.event
-  state?: unknown; // state value, for @xstate.snapshot
+  actor: string; // the actor's name
+  /** @xstate.actor: the machine's id (a state machine), else absent (a callback or promise actor: a leaf, stubbed in replay). */
+  machine?: string;
+  parent?: string; // @xstate.actor: the parent's name
+  event?: string; // event type, for @xstate.event and @xstate.snapshot (the event that caused it)
+  payload?: Record<string, unknown>; // @xstate.event: the event's other fields
+  source?: string; // @xstate.event: the sending actor's name (absent: sent from outside the system)
+  state?: unknown; // @xstate.snapshot: state value
+  status?: string; // @xstate.snapshot: active | done | error | stopped
 }
 
 /** First line of every trace file. */
 export interface TraceHeader {
   kind: "header";
-  version: 1;
+  /** 1: actor records carry event types only; 2: payloads, actor births and every machine's snapshots (replayable). */
+  version: 1 | 2;
   mode: string; // "pipeline" | "blocking" | …
   model: string;
   startedAt: string; // ISO date
@@ -69,16 +80,63 @@ export interface TraceHeader {
 
 export type TraceRecord = TraceHeader | SpanRecord | TokenRecord | ActorRecord;
 
+type Ref = { id: string; sessionId: string; systemId?: string; _parent?: Ref; logic?: { config?: { id?: string } } };
+
+/** An actor's name in the trace: its system id, else its parent's name and its id. */
+export function actorName(ref: Ref): string {
+  if (ref.systemId) return ref.systemId;
+  return ref._parent ? `${actorName(ref._parent)}/${ref.id}` : ref.id;
+}
+
+/** An event's payload as JSON: long arrays summarised, actor references by name, no functions. */
+export function tracePayload(ev: Record<string, unknown>): Record<string, unknown> | undefined {
+  let any = false;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(ev)) {
+    if (k === "type") continue;
+    out[k] = plain(v, 0);
+    any = true;
+  }
+  return any ? out : undefined;
+}
+
+function plain(v: unknown, depth: number): unknown {
+  if (v === null || typeof v !== "object") return typeof v === "function" ? undefined : typeof v === "bigint" ? Number(v) : v;
+  if (depth > 6) return "[deep]";
+  if (ArrayBuffer.isView(v) || v instanceof ArrayBuffer || (typeof SharedArrayBuffer !== "undefined" && v instanceof SharedArrayBuffer)) {
+    return { $array: v.constructor.name, length: (v as { length?: number }).length ?? (v as ArrayBuffer).byteLength };
+  }
+  if (Array.isArray(v)) return v.length > 64 && v.every((x) => typeof x === "number") ? { $array: "Array", length: v.length } : v.map((x) => plain(x, depth + 1));
+  if ("sessionId" in v && "send" in v) return { $actor: actorName(v as unknown as Ref) };
+  if (v instanceof Error) return { name: v.name, message: v.message };
+  if (v instanceof Set) return [...v].map((x) => plain(x, depth + 1));
+  const o: Record<string, unknown> = {};
+  for (const [k, x] of Object.entries(v)) o[k] = plain(x, depth + 1);
+  return o;
+}
+
 /**
- * An XState `inspect` callback that records events and the root actor's snapshots. `actor`
- * names the machine in the records (default: the actor's id).
+ * An XState inspection observer that records actor births, every event with its payload, and
+ * the snapshots of state machines (value and status), for the trace tools and replay. `root`
+ * names the root actor in the records (default: its system id or id).
  */
-export function inspectInto(trace: TraceRecorder, actor?: string): (ev: InspectionEvent) => void {
-  const id = (a?: { sessionId: string }) => (a as { id?: string } | undefined)?.id ?? a?.sessionId;
+export function recordInspection(trace: TraceRecorder, root?: string): (ev: InspectionEvent) => void {
+  const name = (r: unknown) => {
+    const ref = r as Ref;
+    return root && !ref._parent ? root : actorName(ref);
+  };
   return (ev) => {
-    if (ev.type === "@xstate.event") trace.actor({ type: ev.type, actor: actor ?? id(ev.actorRef)!, event: ev.event.type, source: id(ev.sourceRef) });
-    else if (ev.type === "@xstate.snapshot" && ev.actorRef.sessionId === ev.rootId) {
-      trace.actor({ type: ev.type, actor: actor ?? id(ev.actorRef)!, state: (ev.snapshot as { value?: unknown }).value });
+    if (ev.type === "@xstate.actor") {
+      const ref = ev.actorRef as unknown as Ref;
+      trace.actor({ type: ev.type, actor: name(ref), machine: ref.logic?.config?.id, parent: ref._parent ? name(ref._parent) : undefined });
+    } else if (ev.type === "@xstate.event") {
+      const e = ev.event as Record<string, unknown> & { type: string };
+      trace.actor({ type: ev.type, actor: name(ev.actorRef), event: e.type, payload: tracePayload(e), source: ev.sourceRef ? name(ev.sourceRef) : undefined });
+    } else if (ev.type === "@xstate.snapshot") {
+      const ref = ev.actorRef as unknown as Ref;
+      if (!ref.logic?.config) return; // only state machines have states
+      const snap = ev.snapshot as { value?: unknown; status?: string };
+      trace.actor({ type: ev.type, actor: name(ref), state: snap.value, status: snap.status, event: (ev.event as { type?: string })?.type });
     }
   };
 }
@@ -104,7 +162,7 @@ export class TraceRecorder {
     readonly path?: string,
   ) {
     if (path) this.fd = openSync(path, "w");
-    this.push({ kind: "header", version: 1, startedAt: new Date().toISOString(), ...header });
+    this.push({ kind: "header", version: 2, startedAt: new Date().toISOString(), ...header });
   }
 
   /** A span whose t0/t1 are absolute nowUs() values. */

@@ -52,7 +52,7 @@ describe("Session.generate", () => {
 
   it("greedy decoding equals argmax over teacher-forced logits (incremental KV cache = full recompute)", async () => {
     const model = await loadModel(path);
-    const { ids } = await generate(model, "Hello world", { maxTokens: 8 });
+    const { ids } = await generate(model, "Hello world", { maxTokens: 8, temperature: 0 }); // greedy (the default samples at 0.8, as the CLI)
     const prompt = model.tokenizer.encode("Hello world");
     // recompute from scratch: one batch through the whole sequence, logits at every position
     const s = model.createSession({ contextSize: 256 });

@@ -12,8 +12,8 @@ import { loadModel, type Model } from "../../src/index.js";
 import { budgetForFfnFraction, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { writePack } from "../../src/sparse/pack/write.js";
-import { loadSparseModel, type SparseLoadOptions } from "../../src/decode/sparse-model.js";
-import { loadMappedPack } from "../../src/decode/mmap.js";
+import { loadSparseModel, type LoadOptions } from "../../src/api/model.js";
+import type { PipelineDecoder } from "../../src/decode/pipeline/pipeline.js";
 import { TraceRecorder, type SpanRecord } from "../../src/trace/recorder.js";
 import { traceStats } from "../../src/trace-tools/stats.js";
 import type { InspectionEvent } from "xstate";
@@ -35,8 +35,8 @@ function budget(f: number, predictor: boolean): number {
   return budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: ctx, predictor }));
 }
 
-async function load(engine: SparseLoadOptions["engine"], predictor: "trained" | "oracle", path = packPath): Promise<Model> {
-  return loadSparseModel(path, { memory: budget(0.5, predictor === "trained"), predictor, engine, contextSize: ctx });
+async function load(decoder: LoadOptions["decoder"], predictor: "trained" | "oracle", path = packPath): Promise<Model> {
+  return loadSparseModel(path, { memory: budget(0.5, predictor === "trained"), predictor, decoder, contextSize: ctx });
 }
 
 /** Greedy tokens through Session.generate; the session machine's final state alongside. */
@@ -46,7 +46,8 @@ async function generate(m: Model, tokens: number, opts: { trace?: TraceRecorder;
   let state: unknown;
   let error: Error | undefined;
   const inspect = (ev: InspectionEvent) => {
-    if (ev.type === "@xstate.snapshot" && ev.actorRef.sessionId === ev.rootId) state = (ev.snapshot as { value?: unknown }).value;
+    // the session machine's snapshots (inspect also sees the decoder's actor system)
+    if (ev.type === "@xstate.snapshot" && ev.actorRef.id === "session") state = (ev.snapshot as { value?: unknown }).value;
   };
   try {
     for await (const p of s.generate(prompt, { maxTokens: tokens, temperature: 0, trace: opts.trace, signal: opts.signal, inspect })) {
@@ -75,7 +76,7 @@ beforeAll(async () => {
 
 describe("modes on one pack, 50% of the FFN offloaded", () => {
   it("oracle predictor: pipeline, blocking, sync sparse and mmap decode the dense engine's 64 greedy tokens", async () => {
-    for (const engine of ["pipeline", "blocking", "sync"] as const) {
+    for (const engine of ["pipeline", "blocking", "inline"] as const) {
       const m = await load(engine, "oracle");
       try {
         expect(m.sparse!.plan.ffnResident).toBeCloseTo(0.5, 2);
@@ -88,7 +89,7 @@ describe("modes on one pack, 50% of the FFN offloaded", () => {
         await closeModel(m);
       }
     }
-    const mm = await loadMappedPack(packPath);
+    const mm = await loadModel(packPath, { decoder: "mmap" });
     try {
       expect((await generate(mm, 64)).ids).toEqual(dense);
     } finally {
@@ -97,9 +98,9 @@ describe("modes on one pack, 50% of the FFN offloaded", () => {
   }, 120_000);
 
   it("oracle predictor, whole FFN resident (one cluster per layer): pipeline decodes the dense engine's 64 tokens", async () => {
-    const m = await loadSparseModel(packPath, { memory: budget(1, false), predictor: "oracle", engine: "pipeline", contextSize: ctx });
+    const m = await loadSparseModel(packPath, { memory: budget(1, false), predictor: "oracle", decoder: "pipeline", contextSize: ctx });
     try {
-      expect(m.sparse!.pipeline!.knobs.clusterNeurons).toBe(1024);
+      expect((m.decoder as PipelineDecoder).knobs.clusterNeurons).toBe(1024);
       expect((await generate(m, 64)).ids).toEqual(dense);
     } finally {
       await closeModel(m);
@@ -109,10 +110,10 @@ describe("modes on one pack, 50% of the FFN offloaded", () => {
   it("gate rows pinned, front/back tasks per layer (cold region ≥ one layer): oracle and trained decode the dense engine's 64 tokens, with reads", async () => {
     // a small hot share leaves a cold region holding a whole layer: the front/back path
     for (const predictor of ["oracle", "trained"] as const) {
-      const m = await loadSparseModel(packPath, { memory: budget(0.5, predictor === "trained"), predictor, engine: "pipeline", hotShare: 0.25, contextSize: ctx });
+      const m = await loadSparseModel(packPath, { memory: budget(0.5, predictor === "trained"), predictor, decoder: "pipeline", hotShare: 0.25, contextSize: ctx });
       try {
         expect(m.sparse!.plan.gatesPinned).toBe(true);
-        expect(m.sparse!.pipeline!.describe()).toMatch(/one front .* and one back .* task per layer/);
+        expect(m.decoder.describe()).toMatch(/one front .* and one back .* task per layer/);
         const r = await generate(m, 64);
         expect(r.error).toBeUndefined();
         expect(r.ids, predictor).toEqual(dense);
@@ -228,7 +229,7 @@ describe("cancellation and failure", () => {
   it("a killed compute worker fails the session with the cause; the next generation works", async () => {
     const m = await load("pipeline", "oracle");
     try {
-      const pipeline = m.sparse!.pipeline!;
+      const pipeline = m.decoder as PipelineDecoder;
       const r = await generate(m, 64, {
         onToken: (i) => {
           if (i === 4) void pipeline.workerThreads().compute.terminate();
@@ -252,11 +253,11 @@ describe("cancellation and failure", () => {
    * fail naming the loader, the file and an offset; with the file whole again (same inode: the
    * open loader reads it again) the next generation decodes the dense tokens.
    */
-  async function ioErrorCase(name: string, opts: Partial<SparseLoadOptions>, check: (m: Model) => void): Promise<string> {
+  async function ioErrorCase(name: string, opts: Partial<LoadOptions>, check: (m: Model) => void): Promise<string> {
     const copy = join(dir, name);
     copyFileSync(packPath, copy);
     const pack = openPack(copy);
-    const m = await loadSparseModel(copy, { memory: budget(0.5, false), predictor: "oracle", engine: "pipeline", contextSize: ctx, ...opts });
+    const m = await loadSparseModel(copy, { memory: budget(0.5, false), predictor: "oracle", decoder: "pipeline", contextSize: ctx, ...opts });
     try {
       check(m);
       const r = await generate(m, 64, { onToken: (i) => (i === 4 ? truncateSync(copy, pack.layers[1]!.bundlesOffset) : undefined) });
@@ -280,6 +281,6 @@ describe("cancellation and failure", () => {
   }, 120_000);
 
   it("an I/O error under front/back tasks (the compute worker waiting on a read's flag) fails the session with the loader's cause, without hanging", async () => {
-    await ioErrorCase("copy-fb.pack.gguf", { hotShare: 0.25 }, (m) => expect(m.sparse!.pipeline!.describe()).toMatch(/one front/));
+    await ioErrorCase("copy-fb.pack.gguf", { hotShare: 0.25 }, (m) => expect(m.decoder.describe()).toMatch(/one front/));
   }, 120_000);
 });

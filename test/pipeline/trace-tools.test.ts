@@ -197,8 +197,9 @@ describe("readTrace", () => {
   });
 
   it("rejects other versions and unknown lanes", () => {
-    const p = bad("v2.jsonl", [JSON.stringify({ ...header, version: 2 })]);
-    expect(() => readTrace(p)).toThrow(`${p}:1: unsupported trace version 2`);
+    // version 2 (replayable actor records) is current; a version this reader does not know is refused
+    const p = bad("v3.jsonl", [JSON.stringify({ ...header, version: 3 })]);
+    expect(() => readTrace(p)).toThrow(`${p}:1: unsupported trace version 3`);
     const q = bad("lane.jsonl", [h, '{"kind":"span","lane":"gpu","name":"read","t0":0,"t1":1}']);
     expect(() => readTrace(q)).toThrow(`${q}:2: span: unknown lane "gpu"`);
   });

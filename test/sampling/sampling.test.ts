@@ -12,11 +12,11 @@ describe("sampling", () => {
 
   it("repetition penalty follows llama.cpp's rule (divide positive, multiply negative)", () => {
     // [2, -1, 1.9] with token 0 seen, penalty 2 → [1, -1, 1.9] → token 2
-    expect(new Sampler({ repeatPenalty: 2 }).sample(L(2, -1, 1.9), [0])).toBe(2);
+    expect(new Sampler({ temperature: 0, repeatPenalty: 2 }).sample(L(2, -1, 1.9), [0])).toBe(2);
     // a negative logit gets more negative: [-1, -1.5], seen 0, penalty 2 → [-2, -1.5] → token 1
-    expect(new Sampler({ repeatPenalty: 2 }).sample(L(-1, -1.5), [0])).toBe(1);
+    expect(new Sampler({ temperature: 0, repeatPenalty: 2 }).sample(L(-1, -1.5), [0])).toBe(1);
     // outside the window the penalty does not apply
-    expect(new Sampler({ repeatPenalty: 2, repeatLastN: 1 }).sample(L(2, -1, 1.9), [0, 1])).toBe(0);
+    expect(new Sampler({ temperature: 0, repeatPenalty: 2, repeatLastN: 1 }).sample(L(2, -1, 1.9), [0, 1])).toBe(0);
   });
 
   it("draws in proportion to softmax(logits / T)", () => {

@@ -19,7 +19,7 @@ import { writePack } from "../../src/sparse/pack/write.js";
 import type { Pack } from "../../src/sparse/pack/format.js";
 import { profileActivations } from "../../src/tools/profile.js";
 import { writeProfile } from "../../src/sparse/profile-file.js";
-import { loadSparseModel, type SparseLoadOptions } from "../../src/decode/sparse-model.js";
+import { loadSparseModel, type LoadOptions } from "../../src/api/model.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const defaultModel = join(root, "models", "neuronpipe-default.gguf");
@@ -172,7 +172,7 @@ describe("default model, trained predictor", () => {
     const pack = openPack(defaultPack);
     const prompt = pack.file && (await loadModel(defaultModel)).tokenizer.encode("The state of the Union", { addBos: true });
     const uring = n.buildInfo().liburing;
-    const runs: [number, SparseLoadOptions["io"], number][] = [
+    const runs: [number, LoadOptions["io"], number][] = [
       [1, { backend: "auto", queueDepth: 32 }, 2],
       [0.5, { backend: "pread", queueDepth: 8 }, 1],
       [0.25, { backend: uring ? "uring" : "pread", queueDepth: 1 }, 2],

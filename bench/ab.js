@@ -1,0 +1,139 @@
+#!/usr/bin/env node
+// A/B speed of two builds of neuronpipe on the same files, in one run: each case is decoded by
+// the old build's CLI and the new build's CLI in alternation (old, new, old, new, …), each run
+// in its own process, and the median and spread of decode tok/s are reported with the ratio.
+// This is how a reshape proves it kept the speed (docs/benchmarks.md, "A/B of a reshape").
+//
+//   node bench/ab.js --old /path/to/old/checkout [--new .] [--reps 5] [--tokens 64]
+//                    [--7b PACK --7b-budget BYTES --7b-tokens 32 --7b-reps 3] [--out FILE]
+//
+// Both checkouts must be built (dist/ and native/build). Cases: the default model (plain:
+// dense; its pack: every decoder at 26 MiB — half of the FFN — and with the whole pack
+// resident), and with --7b a 7B-shaped pack in the pipeline decoder at the given budget, traced
+// by the new build for its orchestration share.
+import { spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const { values: v } = parseArgs({
+  options: {
+    old: { type: "string" },
+    new: { type: "string", default: resolve(here, "..") },
+    reps: { type: "string", default: "5" },
+    tokens: { type: "string", default: "64" },
+    "7b": { type: "string" },
+    "7b-budget": { type: "string" },
+    "7b-tokens": { type: "string", default: "32" },
+    "7b-reps": { type: "string", default: "3" },
+    threads: { type: "string", default: "2" },
+    out: { type: "string" },
+  },
+});
+if (!v.old) {
+  process.stderr.write("usage: node bench/ab.js --old OLD_CHECKOUT [--new NEW_CHECKOUT] [--reps N] [--7b PACK --7b-budget BYTES]\n");
+  process.exit(2);
+}
+const builds = { old: resolve(v.old), new: resolve(v.new) };
+const log = (...a) => process.stderr.write(`[bench:ab] ${a.join(" ")}\n`);
+const tmp = mkdtempSync(join(os.tmpdir(), "np-ab-"));
+const defaultModel = join(builds.new, "models", "neuronpipe-default.gguf");
+const defaultPack = join(tmp, "default.pack.gguf");
+
+function cli(build, args) {
+  const r = spawnSync(process.execPath, [join(builds[build], "bin", "neuronpipe.js"), ...args], { encoding: "utf8", maxBuffer: 1 << 26 });
+  if (r.status !== 0) throw new Error(`${build}: neuronpipe ${args.join(" ")} failed: ${r.stderr.slice(-2000)}`);
+  return r.stdout;
+}
+
+/** One generation's decode tok/s (the CLI's stats), and its token ids. */
+function run(build, args, tokens) {
+  const out = cli(build, ["generate", "--prompt", "The whale", "--max-tokens", String(tokens), "--temperature", "0", "--threads", v.threads, "--json", ...args]);
+  const j = JSON.parse(out.trim().split("\n").pop());
+  return { tps: j.stats.decodeTokensPerSecond, ids: j.tokens };
+}
+
+const median = (a) => {
+  const s = [...a].sort((x, y) => x - y);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+
+function abCase(name, args, { reps, tokens }) {
+  const got = { old: [], new: [] };
+  const ids = {};
+  for (let i = 0; i < reps; i++) {
+    for (const b of i % 2 ? ["new", "old"] : ["old", "new"]) {
+      const r = run(b, args, tokens);
+      got[b].push(r.tps);
+      ids[b] ??= r.ids;
+    }
+  }
+  const m = { old: median(got.old), new: median(got.new) };
+  const row = {
+    case: name,
+    oldTokS: m.old,
+    newTokS: m.new,
+    ratio: m.new / m.old,
+    oldRange: [Math.min(...got.old), Math.max(...got.old)],
+    newRange: [Math.min(...got.new), Math.max(...got.new)],
+    sameTokens: JSON.stringify(ids.old) === JSON.stringify(ids.new),
+    runs: got,
+  };
+  log(`${name}: old ${m.old.toFixed(1)} (${row.oldRange.map((x) => x.toFixed(1)).join("–")}), new ${m.new.toFixed(1)} (${row.newRange.map((x) => x.toFixed(1)).join("–")}) tok/s → ${row.ratio.toFixed(3)}×${row.sameTokens ? "" : " TOKENS DIFFER"}`);
+  return row;
+}
+
+/** Orchestration share and latency of a traced run of the new build (its trace tools). */
+async function orchestration(args, tokens) {
+  const trace = join(tmp, `t-${Date.now()}.jsonl`);
+  run("new", [...args, "--trace", trace], tokens);
+  const { readTrace } = await import(pathToFileURL(join(builds.new, "dist", "src", "trace", "read.js")).href);
+  const { traceStats } = await import(pathToFileURL(join(builds.new, "dist", "src", "trace-tools", "stats.js")).href);
+  const st = traceStats(readTrace(trace));
+  rmSync(trace);
+  return { orchestrationShare: st.orchestrationShare, ioHiddenShare: st.ioHiddenShare, latencyMs: st.latencyMs };
+}
+
+const rows = [];
+try {
+  cli("new", ["pack", "--model", defaultModel, "--out", defaultPack]);
+  const reps = Number(v.reps);
+  const tokens = Number(v.tokens);
+  rows.push(abCase("default model, dense (plain GGUF)", ["--model", defaultModel], { reps, tokens }));
+  for (const mode of ["pipeline", "blocking", "sync", "mmap"]) {
+    const mem = mode === "mmap" ? [] : ["--memory", "26MiB"];
+    rows.push(abCase(`default pack, --mode ${mode}${mem.length ? " at 26 MiB (half of the FFN)" : ""}`, ["--model", defaultPack, "--mode", mode, ...mem], { reps, tokens }));
+  }
+  for (const mode of ["pipeline", "sync"]) rows.push(abCase(`default pack, --mode ${mode}, whole pack resident`, ["--model", defaultPack, "--mode", mode], { reps, tokens }));
+  const defaultOrch = await orchestration(["--model", defaultPack, "--mode", "pipeline", "--memory", "26MiB"], tokens);
+  log(`default pack pipeline at 26 MiB: orchestration ${(100 * defaultOrch.orchestrationShare).toFixed(1)}% of token time`);
+  let orch7b;
+  if (v["7b"]) {
+    const args = ["--model", v["7b"], "--mode", "pipeline", "--memory", v["7b-budget"], "--ctx", "512"];
+    rows.push(abCase(`7B-shaped Q4_0 pack, --mode pipeline, --memory ${(Number(v["7b-budget"]) / 2 ** 30).toFixed(2)} GiB (half of the FFN's bytes)`, args, { reps: Number(v["7b-reps"]), tokens: Number(v["7b-tokens"]) }));
+    orch7b = await orchestration(args, Number(v["7b-tokens"]));
+    log(`7B pipeline: orchestration ${(100 * orch7b.orchestrationShare).toFixed(1)}% of token time, I/O hidden ${(100 * orch7b.ioHiddenShare).toFixed(1)}%, P99/mean ${(orch7b.latencyMs.p99 / orch7b.latencyMs.mean).toFixed(2)}`);
+  }
+  const record = {
+    date: new Date().toISOString(),
+    machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory: os.totalmem() },
+    builds,
+    threads: Number(v.threads),
+    rows,
+    defaultPipelineOrchestration: defaultOrch,
+    pipeline7bOrchestration: orch7b,
+  };
+  const out = v.out ?? join(here, "results", "ab-latest.json");
+  mkdirSync(dirname(out), { recursive: true });
+  writeFileSync(out, JSON.stringify(record, null, 2) + "\n");
+  const lines = ["| case | old tok/s (range) | new tok/s (range) | new ÷ old | same tokens |", "|---|---:|---:|---:|:-:|"];
+  const f = (x) => x.toFixed(x < 10 ? 2 : 1);
+  for (const r of rows) lines.push(`| ${r.case} | ${f(r.oldTokS)} (${r.oldRange.map(f).join("–")}) | ${f(r.newTokS)} (${r.newRange.map(f).join("–")}) | ${r.ratio.toFixed(3)}× | ${r.sameTokens ? "yes" : "NO"} |`);
+  process.stdout.write(lines.join("\n") + "\n");
+  log(`wrote ${out}`);
+} finally {
+  rmSync(tmp, { recursive: true, force: true });
+}

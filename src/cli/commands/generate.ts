@@ -1,0 +1,103 @@
+// neuronpipe generate: text from a prompt, streamed (any model file; a neuron pack with its decoder and budget).
+import { native } from "../../native.js";
+import { formatBytes } from "../../util/bytes.js";
+import { num, type Command } from "../command.js";
+import { defaultModelPath, modelFlags, modelFlagsHelp, openFromFlags, sparseSummary } from "../model-flags.js";
+
+export const generate: Command = {
+  summary: "generate text from a prompt",
+  usage: "neuronpipe generate [--model PATH] --prompt TEXT [options]",
+  options: {
+    model: { type: "string", short: "m" },
+    prompt: { type: "string", short: "p" },
+    "max-tokens": { type: "string", short: "n" },
+    temperature: { type: "string", short: "t" },
+    "top-k": { type: "string" },
+    "top-p": { type: "string" },
+    "min-p": { type: "string" },
+    "repeat-penalty": { type: "string" },
+    seed: { type: "string", short: "s" },
+    threads: { type: "string" },
+    ctx: { type: "string" },
+    ...modelFlags,
+    json: { type: "boolean" },
+    help: { type: "boolean", short: "h" },
+  },
+  help: {
+    model: "GGUF model file or neuron pack (default: the embedded default model, models/neuronpipe-default.gguf)",
+    ...modelFlagsHelp,
+    prompt: "text to continue (default: \"The sea\")",
+    "max-tokens": "tokens to generate (default 64)",
+    temperature: "sampling temperature; 0 = greedy (default 0.8, as llama.cpp)",
+    "top-k": "keep the k most likely tokens (default 40; 0 = off)",
+    "top-p": "nucleus sampling mass (default 0.95; 1 = off)",
+    "min-p": "drop tokens below min-p × p(best) (default 0.05)",
+    "repeat-penalty": "penalty for recently seen tokens (default 1 = off)",
+    seed: "random seed: same seed, same output (default 0)",
+    threads: "compute threads (default: all CPUs; output is identical for any count)",
+    ctx: "context size in tokens (default min(model's, 2048))",
+    json: "print one JSON object (token ids, text, timings) instead of streaming text",
+  },
+  async run(v) {
+    // read every option before any work, so a typo fails fast
+    const threads = num(v.threads, "threads", { int: true, min: 1 });
+    const contextSize = num(v.ctx, "ctx", { int: true, min: 1 });
+    const prompt = (v.prompt as string | undefined) ?? "The sea";
+    const sampling = {
+      maxTokens: num(v["max-tokens"], "max-tokens", { int: true, min: 0 }) ?? 64,
+      temperature: num(v.temperature, "temperature", { min: 0 }) ?? 0.8,
+      topK: num(v["top-k"], "top-k", { int: true, min: 0 }),
+      topP: num(v["top-p"], "top-p"),
+      minP: num(v["min-p"], "min-p"),
+      repeatPenalty: num(v["repeat-penalty"], "repeat-penalty"),
+      seed: num(v.seed, "seed", { int: true }) ?? 0,
+    };
+    const path = (v.model as string | undefined) ?? (await defaultModelPath());
+    const model = await openFromFlags(path, v, { threads, contextSize });
+    try {
+      if (model.sparse && !v.json) process.stderr.write(model.sparse.describe() + "\n");
+      const session = model.createSession({ contextSize });
+      const ac = new AbortController();
+      const onSigint = () => ac.abort(new Error("interrupted"));
+      process.once("SIGINT", onSigint);
+      const ids: number[] = [];
+      let text = "";
+      const it = session.generate(prompt, { ...sampling, signal: ac.signal, trace: v.trace as string | undefined });
+      let r = await it.next();
+      if (!v.json) process.stdout.write(prompt);
+      while (!r.done) {
+        if (r.value.token >= 0) ids.push(r.value.token);
+        text += r.value.text;
+        if (!v.json) process.stdout.write(r.value.text);
+        r = await it.next();
+      }
+      process.off("SIGINT", onSigint);
+      const st = r.value;
+      if (v.json) {
+        const out = {
+          model: path,
+          prompt,
+          promptTokens: session.tokens.slice(0, st.promptTokens),
+          tokens: ids,
+          text,
+          sampling,
+          stats: st,
+          ...(model.sparse && { sparse: { plan: model.sparse.plan, peakResidentBytes: model.sparse.peakResidentBytes, layers: model.sparse.report() } }),
+        };
+        process.stdout.write(JSON.stringify(out) + "\n");
+      } else {
+        process.stdout.write("\n");
+        process.stderr.write(
+          `[prompt ${st.promptTokens} tok, ${st.prefillTokensPerSecond.toFixed(1)} tok/s | generated ${st.generatedTokens} tok, ` +
+            `${st.decodeTokensPerSecond.toFixed(2)} tok/s | stop: ${st.stopReason} | peak RSS ${formatBytes(st.peakRssBytes)} | ` +
+            `threads ${st.threads} | ${native().getSimd()}]\n`,
+        );
+        if (model.sparse) process.stderr.write(sparseSummary(model.sparse, !!v["sparse-stats"]));
+      }
+      session.dispose();
+      if (v.trace && !v.json) process.stderr.write(`trace written to ${v.trace as string} (neuronpipe trace plot ${v.trace as string})\n`);
+    } finally {
+      await model[Symbol.asyncDispose]();
+    }
+  },
+};

@@ -1,0 +1,62 @@
+// neuronpipe profile: per-neuron FFN activation statistics over a corpus (dense inference).
+import { profileActivations } from "../../tools/profile.js";
+import { writeProfile } from "../../sparse/profile-file.js";
+import { modelFingerprint } from "../../sparse/pack/fingerprint.js";
+import { num, type Command } from "../command.js";
+import { reluModelAndCorpus } from "../corpus.js";
+import { progressBar } from "../progress.js";
+
+export const profile: Command = {
+  summary: "record per-neuron FFN activation statistics over a corpus (dense inference)",
+  usage: "neuronpipe profile [--model PATH] [--corpus FILE|DIR] [--ctx 256] [--max-tokens N] [--out PATH]",
+  options: {
+    model: { type: "string", short: "m" },
+    corpus: { type: "string", short: "c" },
+    ctx: { type: "string" },
+    "max-tokens": { type: "string", short: "n" },
+    out: { type: "string", short: "o" },
+    threads: { type: "string" },
+    json: { type: "boolean" },
+    help: { type: "boolean", short: "h" },
+  },
+  help: {
+    model: "GGUF model (default: the default model)",
+    corpus: "text file or directory of text files (default: the bundled held-out text, models/heldout.txt)",
+    ctx: "window length in tokens; each window is a fresh context (default 256)",
+    "max-tokens": "profile at most N tokens (default: all)",
+    out: "output file (default: MODEL.profile.gguf next to the model)",
+    threads: "compute threads",
+    json: "print the per-layer summary as JSON",
+  },
+  async run(v) {
+    const ctx = num(v.ctx, "ctx", { int: true, min: 2 }) ?? 256;
+    const { model, path, corpus, tokens } = await reluModelAndCorpus(v, 1);
+    const out = (v.out as string | undefined) ?? `${path}.profile.gguf`;
+    try {
+      const p = profileActivations(model, tokens, ctx, { corpus, onProgress: progressBar(`profiling ${tokens.length} tokens`) });
+      p.modelFingerprint = modelFingerprint(path, model.file);
+      await writeProfile(out, p);
+      const rows = p.layers.map((l, i) => ({
+        layer: i,
+        sparsity: 1 - l.activeMean / p.nFF,
+        activeMean: l.activeMean,
+        activeP50: l.activeP50,
+        activeP99: l.activeP99,
+        overlap: l.overlap,
+        hot80: l.hot80,
+      }));
+      if (v.json) process.stdout.write(JSON.stringify({ out, tokens: p.tokens, layers: rows }) + "\n");
+      else {
+        process.stdout.write(`profiled ${p.tokens} tokens of ${corpus} → ${out}\n`);
+        process.stdout.write("layer  sparsity  active/token (mean p50 p99)  overlap(t,t+1)  neurons for 80% of activations\n");
+        for (const r of rows) {
+          process.stdout.write(
+            `${String(r.layer).padStart(5)}  ${(100 * r.sparsity).toFixed(1).padStart(7)}%  ${r.activeMean.toFixed(1).padStart(8)} ${String(r.activeP50).padStart(5)} ${String(r.activeP99).padStart(5)}  ${r.overlap.toFixed(3).padStart(14)}  ${r.hot80} of ${p.nFF} (${((100 * r.hot80) / p.nFF).toFixed(1)}%)\n`,
+          );
+        }
+      }
+    } finally {
+      model.dispose();
+    }
+  },
+};

@@ -1,0 +1,70 @@
+// neuronpipe train-predictor: per-layer activation predictors, trained in native code.
+import { formatReport, trainPredictors } from "../../tools/train-predictor.js";
+import { writePredictors } from "../../sparse/predictor-file.js";
+import { modelFingerprint } from "../../sparse/pack/fingerprint.js";
+import { num, type Command } from "../command.js";
+import { reluModelAndCorpus } from "../corpus.js";
+import { progressBar } from "../progress.js";
+
+export const trainPredictor: Command = {
+  summary: "train per-layer activation predictors fc2(relu(fc1(x))) in native code on collected activations",
+  usage: "neuronpipe train-predictor [--model PATH] [--corpus FILE|DIR] [--out PATH] [--epochs 3] [--target-recall 0.998]",
+  options: {
+    model: { type: "string", short: "m" },
+    corpus: { type: "string", short: "c" },
+    out: { type: "string", short: "o" },
+    epochs: { type: "string" },
+    "target-recall": { type: "string" },
+    "train-fraction": { type: "string" },
+    "max-hidden": { type: "string" },
+    calibration: { type: "string" },
+    "max-tokens": { type: "string", short: "n" },
+    seed: { type: "string" },
+    threads: { type: "string" },
+    json: { type: "boolean" },
+    help: { type: "boolean", short: "h" },
+  },
+  help: {
+    model: "GGUF model (default: the default model)",
+    corpus: "text file or directory (default: the bundled held-out text); the first --train-fraction trains, the rest evaluates",
+    out: "output file (default: MODEL.predictor.gguf next to the model)",
+    epochs: "passes over the training activations (default 3)",
+    "target-recall": "each layer's threshold is the largest reaching this recall on the training split (default 0.998)",
+    "train-fraction": "share of the corpus tokens used for training (default 0.8)",
+    calibration: "share of the training tokens held out of fitting to choose the thresholds (default 0: chosen on the fitting tokens)",
+    "max-hidden": "upper bound of a layer's hidden width (default 256; the width is 0.75 × active neurons per token, rounded to 32)",
+    "max-tokens": "use at most N corpus tokens",
+    seed: "initialisation and shuffling seed (default 1); training is deterministic",
+    threads: "compute threads for the collection passes",
+    json: "print the report as JSON",
+  },
+  async run(v) {
+    const epochs = num(v.epochs, "epochs", { int: true, min: 1 });
+    const targetRecall = num(v["target-recall"], "target-recall", { min: 0 });
+    const trainFraction = num(v["train-fraction"], "train-fraction", { min: 0 });
+    const seed = num(v.seed, "seed", { int: true });
+    const { model, path, corpus, tokens } = await reluModelAndCorpus(v, 2);
+    const out = (v.out as string | undefined) ?? `${path}.predictor.gguf`;
+    try {
+      const bars: Record<string, (d: number, t: number) => void> = {};
+      const r = trainPredictors(model, tokens, {
+        epochs,
+        targetRecall,
+        trainFraction,
+        seed,
+        maxHidden: num(v["max-hidden"], "max-hidden", { int: true, min: 32 }),
+        calibrationFraction: num(v.calibration, "calibration", { min: 0 }),
+        onProgress: (phase, d, t) => (bars[phase] ??= progressBar(phase))(d, t),
+      });
+      await writePredictors(out, r, {
+        modelName: String(model.file.metadata.get("general.name")?.value ?? path),
+        corpus,
+        modelFingerprint: modelFingerprint(path, model.file),
+      });
+      if (v.json) process.stdout.write(JSON.stringify({ out, report: r.report, meanRecall: r.meanRecall, predictorParams: r.predictorParams, ffnParams: r.ffnParams }) + "\n");
+      else process.stdout.write(`${formatReport(r)}\nwrote ${out}\n`);
+    } finally {
+      model.dispose();
+    }
+  },
+};

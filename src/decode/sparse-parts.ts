@@ -1,0 +1,222 @@
+// The sparse parts of a model opened from a neuron pack under a hard memory budget: the
+// memory plan, the fixed region, the neuron cache, the predictors, the FFN scratch and the
+// loader — what the inline, pipeline and blocking decoders share — with their statistics.
+//
+// Everything the process holds for the model is a native buffer listed in `buffers`: the fixed
+// region (read into anonymous memory, not mapped, so page-cache residency of the pack never
+// counts as ours), predictors, the neuron cache arena, its tables, the I/O staging buffer, the
+// FFN scratch and each session's KV cache and run state. `residentBytes()` asks the kernel
+// (mincore) how much of that is in RAM; `peakResidentBytes` is its maximum, sampled after load
+// and after every token.
+import { closeSync, openSync } from "node:fs";
+import { bindWeights, type Weights } from "../model/weights.js";
+import { native } from "../native.js";
+import { NeuronCache, type LayerCacheStats } from "../sparse/cache/neuron-cache.js";
+import { loadPredictorWeights } from "../sparse/ffn/predictor-weights.js";
+import { bundleLayoutOf, createFfnScratch, type FfnLayout } from "../sparse/ffn/layout.js";
+import { describePlan, fixedLayout, pageRound, planMemory, type MemoryPlan, type PlanOptions } from "../sparse/memory-plan.js";
+import type { Pack } from "../sparse/pack/format.js";
+import { readIntoNative } from "../sparse/read-native.js";
+
+export type PredictorMode = "trained" | "oracle";
+
+/** Storage reads: io_uring or a pread pool, queue depth, O_DIRECT. */
+export interface IoOptions {
+  backend?: "auto" | "uring" | "pread";
+  queueDepth?: number;
+  directIO?: boolean;
+}
+
+export interface LayerFfnStats {
+  /** Neurons predicted active (gate computed) and neurons that fired (relu(gate) != 0), summed over tokens. */
+  predicted: number;
+  fired: number;
+  tokens: number;
+}
+
+export interface SparseLayerReport extends LayerCacheStats, LayerFfnStats {
+  layer: number;
+  /** (gateHits + upDownHits) / (gateAccesses + upDownAccesses). */
+  hitRate: number;
+  bytesPerToken: number;
+}
+
+export class SparseParts {
+  peakResidentBytes = 0;
+  /** Per layer: neurons predicted and fired, tokens. */
+  readonly ffnStats: LayerFfnStats[];
+  /** The cache policy whose statistics report() shows: the neuron cache, or the LLMFlash window cache (blocking). */
+  policy: { stats: LayerCacheStats[]; resetStats(): void };
+  private readonly sessionBuffers = new Set<number>();
+
+  constructor(
+    readonly pack: Pack,
+    readonly plan: MemoryPlan,
+    readonly weights: Weights, // the fixed region's tensors
+    readonly cache: NeuronCache,
+    readonly ffn: FfnLayout,
+    readonly predictor: PredictorMode,
+    readonly loaderId: number,
+    readonly io: { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; note?: string },
+  ) {
+    this.ffnStats = Array.from({ length: pack.config.nLayer }, () => ({ predicted: 0, fired: 0, tokens: 0 }));
+    this.policy = cache;
+  }
+
+  /** Every native buffer held for the model right now. */
+  get buffers(): number[] {
+    return [...this.weights.buffers, ...this.cache.buffers, this.ffn.scratch, ...(this.ffn.pred ? [this.ffn.pred.buf] : []), ...this.sessionBuffers];
+  }
+
+  /** Bytes of those buffers resident in RAM, measured by the kernel. */
+  residentBytes(): number {
+    const n = native();
+    let b = 0;
+    for (const id of this.buffers) b += n.residentBytes(id);
+    return b;
+  }
+
+  /** Bytes allocated for those buffers (what the plan accounts). */
+  allocatedBytes(): number {
+    const n = native();
+    let b = 0;
+    for (const id of this.buffers) b += pageRound(n.bufferSize(id));
+    return b;
+  }
+
+  /** Sample resident memory (after load and after every token). */
+  sample(): void {
+    const r = this.residentBytes();
+    if (r > this.peakResidentBytes) this.peakResidentBytes = r;
+  }
+
+  /** Sessions register their KV cache and run state; the plan reserved room for one session. */
+  addSessionBuffers(ids: number[]): void {
+    if (this.sessionBuffers.size > 0) {
+      throw new Error(`the memory plan of ${this.pack.path} holds one session; dispose the other session first`);
+    }
+    for (const id of ids) this.sessionBuffers.add(id);
+    this.sample();
+  }
+  removeSessionBuffers(ids: number[]): void {
+    for (const id of ids) this.sessionBuffers.delete(id);
+  }
+
+  /** Per-layer hit rate and bytes read per token since load (or the last resetStats). */
+  report(): SparseLayerReport[] {
+    return this.policy.stats.map((c, l) => {
+      const f = this.ffnStats[l]!;
+      const acc = c.gateAccesses + c.upDownAccesses;
+      return {
+        layer: l,
+        ...c,
+        ...f,
+        hitRate: acc > 0 ? (c.gateHits + c.upDownHits) / acc : 1,
+        bytesPerToken: f.tokens > 0 ? c.bytesRead / f.tokens : 0,
+      };
+    });
+  }
+
+  resetStats(): void {
+    this.cache.resetStats();
+    if (this.policy !== this.cache) this.policy.resetStats();
+    for (const s of this.ffnStats) Object.assign(s, { predicted: 0, fired: 0, tokens: 0 });
+  }
+
+  /** The memory plan, reads and predictor, in words. */
+  describe(): string {
+    return `${describePlan(this.plan)}\nI/O: ${this.io.backend}, queue depth ${this.io.queueDepth}, ${this.io.directIO ? "O_DIRECT" : "buffered"}${this.io.note ? ` (${this.io.note})` : ""}; predictor: ${this.predictor}; hot-region preload read ${(this.cache.preloadBytes / 2 ** 20).toFixed(1)} MiB`;
+  }
+
+  dispose(): void {
+    const n = native();
+    this.cache.dispose();
+    n.free(this.ffn.scratch);
+    if (this.ffn.pred) n.free(this.ffn.pred.buf);
+    for (const b of this.weights.buffers.splice(0)) n.free(b);
+    n.closeLoader(this.loaderId);
+  }
+}
+
+export interface SparseOpenOptions {
+  budget: number;
+  predictor: PredictorMode;
+  io: Required<Pick<IoOptions, "backend" | "queueDepth" | "directIO">> & { directIOAsked: boolean };
+  plan: PlanOptions;
+  /** Fill the hot and cold regions at load (LLMFlash's window cache starts empty: false). */
+  preload: boolean;
+  onProgress?: (done: number, total: number) => void;
+  signal?: AbortSignal;
+}
+
+/** Plan the memory, read the fixed region and predictors, build and fill the neuron cache. */
+export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions): SparseParts {
+  const n = native();
+  const cfg = pack.config;
+  const plan = planMemory(pack, o.budget, o.plan); // throws with the numbers when it cannot fit
+  let loaderId: number;
+  try {
+    loaderId = n.openLoader(path, o.io);
+  } catch (e) {
+    // a filesystem without O_DIRECT (tmpfs): buffered reads, said in the I/O note
+    if (!o.io.directIO || o.io.directIOAsked) throw e;
+    loaderId = n.openLoader(path, { ...o.io, directIO: false });
+  }
+  const info = n.loaderInfo(loaderId);
+  const owned: number[] = []; // the fixed region's buffers
+  let cache: NeuronCache | undefined;
+  let pred: FfnLayout["pred"];
+  let scratch: ReturnType<typeof createFfnScratch> | undefined;
+  try {
+    // fixed region: read into one anonymous buffer, tensors back to back (the plan counted this layout)
+    const { tensors: fixed, offsets, bytes: size } = fixedLayout(pack);
+    const fixedBuf = n.alloc(Math.max(1, size));
+    owned.push(fixedBuf);
+    const fd = openSync(path, "r");
+    try {
+      for (const t of fixed) {
+        readIntoNative(fd, path, `tensor ${t.name}`, t.offset, t.nbytes, fixedBuf, offsets.get(t.name)!);
+        o.signal?.throwIfAborted();
+      }
+    } finally {
+      closeSync(fd);
+    }
+    const weights = bindWeights(pack.file, cfg, fixedBuf, { ffn: false, offsetOf: (t) => offsets.get(t.name)! });
+    owned.push(...weights.buffers.slice(1));
+    weights.buffers = owned;
+    const bundles = bundleLayoutOf(pack);
+    cache = new NeuronCache(pack, plan, { id: loaderId, backend: info.backend, directIO: info.directIO });
+    scratch = createFfnScratch(cfg.nFF);
+    pred = o.predictor === "trained" ? loadPredictorWeights(pack) : undefined;
+    const ffn: FfnLayout = {
+      ...bundles,
+      arena: cache.arena,
+      slotBytes: cache.slotBytes,
+      slots: plan.slots,
+      upOffset: cache.upOffset,
+      downOffset: cache.downOffset,
+      gateRows: cache.gateRows,
+      pinned: cache.pinned,
+      slotOf: cache.slotTable,
+      scratch: scratch.buf,
+      off: scratch.off,
+      pred,
+    };
+    if (o.preload) cache.preload(o.onProgress);
+    const parts = new SparseParts(pack, plan, weights, cache, ffn, o.predictor, loaderId, {
+      backend: info.backend,
+      queueDepth: info.queueDepth,
+      directIO: info.directIO,
+      note: info.note ?? (o.io.directIO && !info.directIO ? "the filesystem refused O_DIRECT" : undefined),
+    });
+    parts.sample();
+    return parts;
+  } catch (e) {
+    cache?.dispose();
+    if (scratch) n.free(scratch.buf);
+    if (pred) n.free(pred.buf);
+    for (const b of owned) n.free(b);
+    n.closeLoader(loaderId);
+    throw e;
+  }
+}

@@ -1,0 +1,78 @@
+// Where a sparse FFN's data is, in native memory: the neuron bundles (pack layout), the cache
+// arena's slots, the pinned gate rows, the predictor weights and the per-token scratch. Every
+// decoder and the compute worker describe the same FFN with these plain structs; messages
+// carry them as descriptors (buffer ids and offsets), never the bytes.
+import { GateKind, native } from "../../native.js";
+import type { Pack } from "../pack/format.js";
+
+/** Neuron bundles as a pack lays them out: [gate row | pad][up row | down column | pad], `bundleBytes` apart. */
+export interface BundleLayout {
+  kind: number; // GateKind
+  gateType: number;
+  upType: number;
+  downType: number;
+  dim: number; // n_embd
+  nFF: number;
+  bundleBytes: number;
+  gateBlock: number; // the up row starts here within a bundle
+  upBytes: number; // the down column follows the up row
+}
+
+/** The bundle layout of a pack. */
+export function bundleLayoutOf(pack: Pack): BundleLayout {
+  const act = pack.config.activation;
+  if (act !== "reglu" && act !== "drelu") {
+    throw new Error(`${pack.path}: sparse decoding needs a ReLU-family FFN (ReGLU or dReLU); this model uses ${act}`);
+  }
+  return {
+    kind: act === "reglu" ? GateKind.ReGLU : GateKind.dReLU,
+    gateType: pack.gateType,
+    upType: pack.upType,
+    downType: pack.downType,
+    dim: pack.config.nEmbd,
+    nFF: pack.config.nFF,
+    bundleBytes: pack.bundleBytes,
+    gateBlock: pack.gateBlock,
+    upBytes: pack.upBytes,
+  };
+}
+
+/** Per-layer predictors fc2·relu(fc1·x) in one native buffer (F32), with each layer's threshold. */
+export interface PredictorWeights {
+  buf: number;
+  fc1: number[]; // offset of blk.N.fc1 (hidden, n_embd)
+  fc2: number[]; // offset of blk.N.fc2 (n_ff, hidden), rows in pack order
+  hidden: number[];
+  threshold: number[];
+}
+
+/** Names of the per-token scratch vectors, each (n_ff) 4-byte values. */
+export const FFN_SCRATCH = ["scores", "P", "slots", "gate", "aSlots", "aPos", "gA", "uA", "hA"] as const;
+export type FfnScratchOffsets = Record<(typeof FFN_SCRATCH)[number], number>;
+
+/**
+ * One token's sparse-FFN scratch, one native buffer of (9, n_ff) 4-byte values:
+ *   scores (f32) predictor scores     P (i32) predicted pack positions, ascending
+ *   slots (i32)  gate row of each P   gate (f32) gate value of each P
+ *   aSlots (i32) up+down slot of each fired neuron   aPos (i32) its pack position
+ *   gA, uA, hA (f32) its gate, up and gated activation
+ */
+export function createFfnScratch(nFF: number): { buf: number; off: FfnScratchOffsets } {
+  const F = nFF * 4;
+  return { buf: native().alloc(FFN_SCRATCH.length * F), off: Object.fromEntries(FFN_SCRATCH.map((k, i) => [k, i * F])) as FfnScratchOffsets };
+}
+
+/** Where the sparse FFN of a pack is, for the decoders and the compute worker. */
+export interface FfnLayout extends BundleLayout {
+  arena: number; // cache arena buffer: slot s = [gate | up | down] (or [up | down], gates pinned) at s·slotBytes
+  slotBytes: number;
+  slots: number; // slots in the arena
+  upOffset: number; // the up row's offset within a slot; the down column's is downOffset
+  downOffset: number;
+  gateRows: { buf: number; rows: number; stride: number }; // where gate rows are (pinned rows, or the arena's slots)
+  pinned: boolean; // gate rows pinned: slots[k] index gateRows, fired neurons' slots come from slotOf
+  slotOf: { buf: number; off: number }; // (nLayer·nFF) i32: slot of (layer, pack position) or -1
+  scratch: number; // scratch buffer (createFfnScratch)
+  off: FfnScratchOffsets;
+  pred?: PredictorWeights;
+}

@@ -1,0 +1,167 @@
+// The sparse FFN of one token and layer, as steps — written once, called by every decoder
+// (inline on the caller's thread, the actor pipeline's compute worker, the LLMFlash baseline):
+//
+//   zero      o = 0                                                    (an explicit step)
+//   predict   P = { p : (fc2 · relu(fc1 · x))[p] > threshold }        (oracle: every neuron)
+//   gate      g[k] = W_gate[P[k]] · xb for k in a range of P; the fired ones (relu(g) != 0)
+//             compacted to A with their gate value and up+down slot
+//   upAct     u[k] = W_up[A[k]] · xb;  h[k] = act(g[k]) · u[k]        (dReLU: relu(g)·relu(u))
+//   down      o += Σ_k h[k] · W_down[:, A[k]]   (k ascending in pack order)
+//   residual  x += o                                                   (model/forward.ts addFfnOutput)
+//
+// Which rows are resident (and reading the rest) is the caller's business: the neuron cache
+// says where each row is (slots), the steps only compute. Ranges of P and A are processed in
+// ascending pack order and the down projection accumulates in that order whatever the chunking,
+// so the output is bit-identical for any budget, I/O backend or thread count. The gate dot
+// products use the dense kernels (same Q8_0 activation rounding), so the oracle fires exactly
+// the neurons the dense FFN fires.
+//
+// bundleRange computes every neuron of a range of bundles straight from pack-layout memory
+// (the mmap decoder over a mapping, the prefill over staging): the same kernels, so a neuron
+// that does not fire adds an exact zero and the result equals the oracle's bit for bit.
+import { native, type NativeAddon } from "../../native.js";
+import type { BundleLayout, FfnLayout } from "./layout.js";
+
+/** One token's rows in a run state: the residual x (predictor input), the normed xb, the output o. */
+export interface TokenRows {
+  buf: number;
+  x: number;
+  xb: number;
+  o: number;
+}
+
+/** Fired neurons of a gate step, and the predicted ones that did not fire. */
+export interface GateResult {
+  nA: number;
+  nSilent: number;
+}
+
+export class FfnSteps {
+  private readonly n: NativeAddon = native();
+  /** Views of the scratch (layout.ts, createFfnScratch). */
+  readonly P: Int32Array;
+  readonly slots: Int32Array;
+  readonly aSlots: Int32Array;
+  readonly aPos: Int32Array;
+  private readonly scores: Float32Array;
+  private readonly gateV: Float32Array;
+  private readonly gA: Float32Array;
+  private readonly slotOf?: Int32Array;
+
+  constructor(
+    readonly L: FfnLayout,
+    nLayer: number,
+  ) {
+    const n = this.n;
+    const { scratch: b, off, nFF } = L;
+    this.scores = n.viewF32(b, off.scores, nFF);
+    this.P = n.viewI32(b, off.P, nFF);
+    this.slots = n.viewI32(b, off.slots, nFF);
+    this.gateV = n.viewF32(b, off.gate, nFF);
+    this.aSlots = n.viewI32(b, off.aSlots, nFF);
+    this.aPos = n.viewI32(b, off.aPos, nFF);
+    this.gA = n.viewF32(b, off.gA, nFF);
+    if (L.pinned) this.slotOf = n.viewI32(L.slotOf.buf, L.slotOf.off, nLayer * nFF);
+  }
+
+  /** o = 0: the FFN's output accumulates from here. */
+  zero(t: TokenRows): void {
+    this.n.viewF32(t.buf, t.o, this.L.dim).fill(0);
+  }
+
+  /** P = the neurons predicted to fire in `layer` (every neuron with the oracle or without predictors); returns |P|. */
+  predict(layer: number, t: TokenRows, oracle: boolean): number {
+    const { L, P } = this;
+    const nFF = L.nFF;
+    const pr = L.pred;
+    if (oracle || !pr) {
+      for (let p = 0; p < nFF; p++) P[p] = p;
+      return nFF;
+    }
+    this.n.predictorScores(pr.buf, pr.fc1[layer]!, pr.buf, pr.fc2[layer]!, L.dim, pr.hidden[layer]!, nFF, t.buf, t.x, 1, L.scratch, L.off.scores);
+    const thr = pr.threshold[layer]!;
+    const s = this.scores;
+    let nP = 0;
+    for (let p = 0; p < nFF; p++) if (s[p]! > thr) P[nP++] = p;
+    return nP;
+  }
+
+  /**
+   * Gate rows of P[start, start+count), read from gateRows at slots[start…]. Fired neurons go to
+   * aSlots/aPos/gA[start…] with their up+down slot (pinned gates: looked up in slotOf, -1 when
+   * not resident — the cache's loadUpDown then writes it); the positions of the silent ones go to
+   * slots[start…] (for the cache's demoteSilent).
+   */
+  gate(layer: number, t: TokenRows, start: number, count: number): GateResult {
+    const { L, P, slots, aSlots, aPos, gA, gateV, slotOf } = this;
+    const gr = L.gateRows;
+    this.n.matvecRows(L.gateType, gr.buf, 0, gr.rows, L.dim, L.scratch, L.off.slots + start * 4, count, t.buf, t.xb, L.scratch, L.off.gate + start * 4, gr.stride);
+    const base = layer * L.nFF;
+    let nA = 0;
+    let nSilent = 0;
+    for (let k = start; k < start + count; k++) {
+      const g = gateV[k]!;
+      if (g > 0) {
+        aSlots[start + nA] = slotOf ? slotOf[base + P[k]!]! : slots[k]!;
+        aPos[start + nA] = P[k]!;
+        gA[start + nA] = g;
+        nA++;
+      } else slots[start + nSilent++] = P[k]!; // the slot is no longer needed: its position instead
+    }
+    return { nA, nSilent };
+  }
+
+  /** Up rows of the fired neurons aSlots[start, start+nA), then h = act(g)·u. */
+  upAct(t: TokenRows, start: number, nA: number): void {
+    const { L } = this;
+    const o = L.off;
+    this.n.matvecRows(L.upType, L.arena, L.upOffset, L.slots, L.dim, L.scratch, o.aSlots + start * 4, nA, t.buf, t.xb, L.scratch, o.uA + start * 4, L.slotBytes);
+    this.n.gatedAct(L.kind, L.scratch, o.gA + start * 4, L.scratch, o.uA + start * 4, L.scratch, o.hA + start * 4, nA);
+  }
+
+  /** o += Σ h[k]·down(aSlots[k]) for k in [start, start+nA), ascending (callers go through A in pack order). */
+  down(t: TokenRows, start: number, nA: number): void {
+    const { L } = this;
+    const o = L.off;
+    this.n.axpyRows(L.downType, L.arena, L.downOffset, L.slots, L.dim, L.scratch, o.aSlots + start * 4, nA, L.scratch, o.hA + start * 4, t.buf, t.o, L.slotBytes);
+  }
+}
+
+/** Scratch for bundleRange: iota (n_ff) i32, then g, u, h (n_ff each) f32. */
+export interface BundleScratch {
+  buf: number;
+  iota: number;
+  g: number;
+  u: number;
+  h: number;
+}
+
+export function bundleScratchBytes(nFF: number): number {
+  return 4 * nFF * 4;
+}
+
+/** Lay out (and fill the iota of) bundle scratch at `at` in `buf`. */
+export function createBundleScratch(nFF: number, buf = native().alloc(bundleScratchBytes(nFF)), at = 0): BundleScratch {
+  const s = { buf, iota: at, g: at + nFF * 4, u: at + 2 * nFF * 4, h: at + 3 * nFF * 4 };
+  const iota = native().viewI32(buf, s.iota, nFF);
+  for (let i = 0; i < nFF; i++) iota[i] = i;
+  return s;
+}
+
+/**
+ * Every neuron of `count` bundles at (src, srcOff), for tokens 0..nTok-1 of the run state at
+ * rsBuf (xb rows in, o rows accumulated; `row` bytes apart):
+ *   g = W_gate · xb;  u = W_up · xb;  h = act(g) · u;  o += Σ_k h[k] · W_down[:, k]   (k ascending)
+ */
+export function bundleRange(L: BundleLayout, src: number, srcOff: number, count: number, rs: { buf: number; xb: number; o: number }, nTok: number, s: BundleScratch): void {
+  const n = native();
+  const row = L.dim * 4;
+  const B = L.bundleBytes;
+  for (let t = 0; t < nTok; t++) {
+    const xb = rs.xb + t * row;
+    n.matvecRows(L.gateType, src, srcOff, count, L.dim, s.buf, s.iota, count, rs.buf, xb, s.buf, s.g, B);
+    n.matvecRows(L.upType, src, srcOff + L.gateBlock, count, L.dim, s.buf, s.iota, count, rs.buf, xb, s.buf, s.u, B);
+    n.gatedAct(L.kind, s.buf, s.g, s.buf, s.u, s.buf, s.h, count);
+    n.axpyRows(L.downType, src, srcOff + L.gateBlock + L.upBytes, count, L.dim, s.buf, s.iota, count, s.buf, s.h, rs.buf, rs.o + t * row, B);
+  }
+}

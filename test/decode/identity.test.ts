@@ -1,0 +1,101 @@
+// Behaviour kept across the decoder reshape (issue 13): every way of decoding — dense, mmap,
+// inline (formerly "sync"), pipeline, blocking — produces the same greedy token ids as the build
+// from before the change did, on the default model and on a synthetic Q4_0 model, at budgets
+// holding 100%, 50% and 25% of the FFN. The expected ids were written by the old build
+// (test/fixtures/record-decoder-tokens.mjs, run on commit fe72fd7), not by this code.
+import { createHash } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadModel } from "../../src/api/model.js";
+import { main } from "../../src/cli/main.js";
+import type { DecoderKind } from "../../src/decode/decoder.js";
+import { writePack } from "../../src/sparse/pack/write.js";
+import { readGGUF } from "../../src/gguf/reader.js";
+
+interface Run {
+  decoder: string;
+  fraction?: number;
+  memory?: number;
+  ids?: number[];
+  error?: string;
+}
+const root = join(import.meta.dirname, "..", "..");
+const fixture = JSON.parse(readFileSync(join(root, "test", "fixtures", "decoder-tokens.json"), "utf8")) as {
+  cases: { prompt: string; tokens: number; ctx: number; synth: string[] };
+  models: { model: string; packData: string; runs: Run[] }[];
+};
+const { cases } = fixture;
+const dir = mkdtempSync(join(tmpdir(), "np-identity-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const defaultModel = join(root, "models", "neuronpipe-default.gguf");
+const synth = join(dir, "synth.gguf");
+const files: Record<string, { model: string; pack: string }> = {
+  default: { model: defaultModel, pack: join(dir, "default.pack.gguf") },
+  synthetic: { model: synth, pack: join(dir, "synth.pack.gguf") },
+};
+
+async function quietly<T>(f: () => Promise<T>): Promise<T> {
+  const w = process.stderr.write.bind(process.stderr);
+  const o = process.stdout.write.bind(process.stdout);
+  process.stderr.write = (() => true) as typeof process.stderr.write;
+  process.stdout.write = (() => true) as typeof process.stdout.write;
+  try {
+    return await f();
+  } finally {
+    process.stderr.write = w;
+    process.stdout.write = o;
+  }
+}
+
+beforeAll(async () => {
+  await quietly(() => writePack(defaultModel, files.default!.pack, { profile: `${defaultModel}.profile.gguf`, predictor: `${defaultModel}.predictor.gguf` }));
+  const heldout = join(root, "models", "heldout.txt");
+  // the same commands the recording ran: synth, profile and train-predictor are seeded and deterministic
+  const steps = [
+    [...cases.synth, "--out", synth],
+    ["profile", "--model", synth, "--corpus", heldout, "--max-tokens", "1024", "--out", `${synth}.profile.gguf`],
+    ["train-predictor", "--model", synth, "--corpus", heldout, "--max-tokens", "3000", "--out", `${synth}.predictor.gguf`],
+    ["pack", "--model", synth, "--profile", `${synth}.profile.gguf`, "--predictor", `${synth}.predictor.gguf`, "--out", files.synthetic!.pack],
+  ];
+  for (const s of steps) expect(await quietly(() => main(s)), s.join(" ")).toBe(0);
+}, 300_000);
+
+async function greedy(path: string, opts: Parameters<typeof loadModel>[1]): Promise<number[]> {
+  const m = await loadModel(path, opts);
+  const ids: number[] = [];
+  try {
+    const s = m.createSession({ contextSize: cases.ctx });
+    for await (const p of s.generate(cases.prompt, { maxTokens: cases.tokens, temperature: 0 })) if (p.token >= 0) ids.push(p.token);
+    s.dispose();
+  } finally {
+    await m[Symbol.asyncDispose]();
+  }
+  return ids;
+}
+
+describe.each(fixture.models.map((m) => [m.model, m] as const))("%s model", (name, recorded) => {
+  it("decodes a pack whose tensor data is the recorded one's (same weights in)", () => {
+    const path = files[name]!.pack;
+    const sha = createHash("sha256").update(readFileSync(path).subarray(readGGUF(path).dataOffset)).digest("hex");
+    expect(sha).toBe(recorded.packData);
+  });
+
+  it.each(recorded.runs.map((r) => [`${r.decoder}${r.fraction !== undefined ? ` at ${100 * r.fraction}% of the FFN` : ""}`, r] as const))(
+    "%s: the recorded greedy token ids",
+    async (_label, run) => {
+      expect(run.error, "the recording itself failed").toBeUndefined();
+      const { model, pack } = files[name]!;
+      const decoder = (run.decoder === "sync" ? "inline" : run.decoder) as DecoderKind;
+      const ids =
+        decoder === "dense"
+          ? await greedy(model, {})
+          : decoder === "mmap"
+            ? await greedy(pack, { decoder })
+            : await greedy(pack, { decoder, memory: run.memory, contextSize: cases.ctx });
+      expect(ids).toEqual(run.ids);
+    },
+    60_000,
+  );
+});
