@@ -1,14 +1,16 @@
 // A compute worker as an actor: the protocol between the machines that need compute (the token
 // machine, the prefill role) and one worker thread (workers/compute-worker.ts). Requests are
-// queued on the worker in arrival order; answers go back to whoever asked (by system id), in
-// the same order. The thread itself is behind the `channel` actor (injected: a direct
-// MessagePort channel in the pipeline decoder, a stub in replay).
+// queued on the worker in arrival order. The thread is reached through two injected actions,
+// postToWorker and initWorker (a direct MessagePort channel in the pipeline decoder, nothing in
+// replay): each answer goes straight back to whoever asked (compute.done / compute.failed, by
+// system id), and this actor hears when the worker has drained its queue — one message per
+// busy period instead of one per task, since every message costs the scheduler's thread.
 //
-//   idle ──compute.run──▶ busy ──last answer──▶ idle
-//   any ──compute.init──▶ initialising ──channel.ready──▶ idle | ──channel.error──▶ failed
-//   any ──channel.error (thread exited)──▶ failed: every waiting request fails with the cause,
-//   and so does every later one until compute.init brings a new thread
-import { enqueueActions, fromCallback, setup, type AnyActorRef } from "xstate";
+//   idle ──compute.run──▶ busy ──channel.drained──▶ idle
+//   any ──compute.init──▶ initialising ──channel.ready──▶ idle | ──channel.initFailed──▶ failed
+//   any ──channel.exited──▶ failed: every waiting request has failed with the cause, and so
+//   does every later one until compute.init brings a new thread
+import { assign, enqueueActions, setup, type AnyActorRef } from "xstate";
 import type { ComputeInit, ComputeOp, ComputeResult, ComputeTask } from "./protocol.js";
 
 /** Where a span of a task's answer goes in the trace (the channel records them). */
@@ -24,47 +26,43 @@ export type ComputeRequest =
   | { type: "compute.run"; id: number; task: Exclude<ComputeTask, ComputeInit>; hint: SpanHint; replyTo: string }
   | { type: "compute.init"; init: Omit<ComputeInit, "port">; replyTo: string };
 
-/** What it answers. */
+/** What the asker hears (compute.done/failed come from the channel, the rest from this actor). */
 export type ComputeReply =
   | { type: "compute.done"; id: number; op: ComputeOp; result: ComputeResult }
   | { type: "compute.failed"; id: number; op: ComputeOp; error: string }
   | { type: "compute.ready"; key: string }
   | { type: "compute.initFailed"; error: string };
 
-/** What the channel (the worker thread) tells it. */
+/** What the worker's channel tells this actor (sent by the injected actions). */
 export type ChannelEvent =
-  | { type: "channel.answer"; id: number; result: ComputeResult }
-  | { type: "channel.error"; id: number; error: string; exited?: boolean }
+  | { type: "channel.drained"; answered: number }
+  | { type: "channel.exited"; error: string }
   | { type: "channel.ready"; key: string }
   | { type: "channel.initFailed"; error: string };
 
-/** What it tells the channel. */
-export type ChannelCommand =
-  | { type: "post"; id: number; task: Exclude<ComputeTask, ComputeInit>; hint: SpanHint }
-  | { type: "init"; init: Omit<ComputeInit, "port"> };
-
-interface Waiting {
+/** What the injected postToWorker is given; it answers compute.done / compute.failed to `replyTo`. */
+export interface PostParams {
   id: number;
-  op: ComputeOp;
+  task: Exclude<ComputeTask, ComputeInit>;
+  hint: SpanHint;
   replyTo: string;
 }
 
 export interface ComputeContext {
   role: "big" | "little";
-  /** Tasks posted and not answered yet (the worker's queue depth). */
+  /** Tasks posted in this busy period (the worker's queue depth when it began to drain). */
   queued: number;
-  /** The task the worker is on (the oldest unanswered). */
-  current?: ComputeOp;
+  /** The task last posted. */
+  last?: ComputeOp;
   /** Tasks answered since start. */
   done: number;
   /** The session the worker holds descriptors for. */
   key?: string;
   initReplyTo?: string;
   error?: string;
-  waiting: Waiting[];
 }
 
-const inertChannel = fromCallback<ChannelCommand, unknown, ChannelEvent>(() => {});
+const POST = ["track", { type: "postToWorker", params: ({ event }: { event: ComputeRequest | ChannelEvent }) => event as Extract<ComputeRequest, { type: "compute.run" }> }] as const;
 
 export const computeMachine = setup({
   types: {
@@ -72,32 +70,14 @@ export const computeMachine = setup({
     context: {} as ComputeContext,
     events: {} as ComputeRequest | ChannelEvent,
   },
-  actors: { channel: inertChannel },
   actions: {
-    post: enqueueActions(({ enqueue, context, event }) => {
-      if (event.type !== "compute.run") return;
-      enqueue.sendTo("channel", { type: "post", id: event.id, task: event.task, hint: event.hint } satisfies ChannelCommand);
-      enqueue.assign({
-        queued: context.queued + 1,
-        current: context.waiting.length === 0 ? event.task.op : context.current,
-        waiting: [...context.waiting, { id: event.id, op: event.task.op, replyTo: event.replyTo }],
-      });
-    }),
-    answer: enqueueActions(({ enqueue, context, event, system }) => {
-      if (event.type !== "channel.answer" && event.type !== "channel.error") return;
-      const [w, ...rest] = context.waiting;
-      if (!w || w.id !== event.id) return; // answers come in request order
-      const target = system.get(w.replyTo) as AnyActorRef | undefined;
-      if (target) {
-        enqueue.sendTo(target, event.type === "channel.answer" ? { type: "compute.done", id: w.id, op: w.op, result: event.result } : { type: "compute.failed", id: w.id, op: w.op, error: event.error });
-      }
-      enqueue.assign({ queued: context.queued - 1, done: context.done + 1, waiting: rest, current: rest[0]?.op, error: event.type === "channel.error" ? event.error : context.error });
-    }),
-    init: enqueueActions(({ enqueue, event }) => {
-      if (event.type !== "compute.init") return;
-      enqueue.sendTo("channel", { type: "init", init: event.init } satisfies ChannelCommand);
-      enqueue.assign({ initReplyTo: event.replyTo, key: undefined, error: undefined });
-    }),
+    // Implementations injected by the decoder (default: nothing happens, as in replay).
+    postToWorker: (_, _p: PostParams) => {},
+    initWorker: (_, _p: { init: Omit<ComputeInit, "port"> }) => {},
+    track: assign(({ context, event }) => (event.type === "compute.run" ? { queued: context.queued + 1, last: event.task.op } : {})),
+    drained: assign(({ context, event }) => (event.type === "channel.drained" ? { queued: 0, done: context.done + event.answered } : {})),
+    exited: assign(({ event }) => (event.type === "channel.exited" ? { error: event.error, queued: 0, key: undefined } : {})),
+    init: assign(({ event }) => (event.type === "compute.init" ? { initReplyTo: event.replyTo, key: undefined, error: undefined } : {})),
     ready: enqueueActions(({ enqueue, context, event, system }) => {
       if (event.type !== "channel.ready" && event.type !== "channel.initFailed") return;
       const target = context.initReplyTo ? (system.get(context.initReplyTo) as AnyActorRef | undefined) : undefined;
@@ -110,32 +90,26 @@ export const computeMachine = setup({
       }
     }),
   },
-  guards: {
-    drained: ({ context }) => context.queued === 0,
-  },
 }).createMachine({
   id: "compute",
-  context: ({ input }) => ({ role: input.role, queued: 0, done: 0, waiting: [] }),
-  invoke: { id: "channel", src: "channel" },
+  context: ({ input }) => ({ role: input.role, queued: 0, done: 0 }),
   initial: "idle",
   on: {
-    "compute.init": { target: ".initialising", actions: "init" },
-    "channel.answer": { actions: "answer", target: ".checking" },
-    "channel.error": [
-      { guard: ({ event }) => event.exited === true, actions: "answer", target: ".failed" },
-      { actions: "answer", target: ".checking" },
-    ],
+    "compute.init": {
+      target: ".initialising",
+      actions: ["init", { type: "initWorker", params: ({ event }) => ({ init: event.init }) }],
+    },
+    "channel.exited": { target: ".failed", actions: "exited" },
   },
   states: {
     idle: {
-      on: { "compute.run": { target: "busy", actions: "post" } },
+      on: { "compute.run": { target: "busy", actions: POST } },
     },
     busy: {
-      on: { "compute.run": { actions: "post" } },
-    },
-    // after an answer: busy while anything is queued
-    checking: {
-      always: [{ guard: "drained", target: "idle" }, { target: "busy" }],
+      on: {
+        "compute.run": { actions: POST },
+        "channel.drained": { target: "idle", actions: "drained" },
+      },
     },
     initialising: {
       on: {
@@ -145,9 +119,8 @@ export const computeMachine = setup({
     },
     failed: {
       on: {
-        "compute.run": { actions: "post" }, // answered at once with the cause
-        "channel.answer": { actions: "answer" },
-        "channel.error": { actions: "answer" },
+        "compute.run": { actions: POST }, // answered at once with the cause
+        "channel.drained": { actions: "drained" },
       },
     },
   },

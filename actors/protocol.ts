@@ -29,8 +29,8 @@ export interface ComputeInit {
   threads: number; // native kernel threads
   cores?: number[]; // pin this worker's thread to these cores
   role: "big" | "little";
-  /** Read-batch completion flags the I/O worker sets (io-flags.ts): the "back" task waits on them. */
-  ioDone: SharedArrayBuffer;
+  /** The cache's slot flags (src/sparse/cache/slot-flags.ts): a task waits until the slots it reads are ready. */
+  slotFlags: { want: SharedArrayBuffer; ready: SharedArrayBuffer };
   /** The worker's end of the direct channel every later task of the session comes through (worker-channel.ts). */
   port?: import("node:worker_threads").MessagePort;
 }
@@ -63,17 +63,21 @@ export interface FrontTask {
 export type ComputeTask =
   | ComputeInit
   | FrontTask
-  /** Wait until the `waitFor` read batches landed (ioDone flags), then the gate rows of P[start, start+count) from slots[start…]: fired ones compacted to aSlots/aPos/gA[start…], silent positions to slots[start…]. */
-  | { op: "gate"; key: string; layer: number; start: number; count: number; waitFor: number[] }
+  /** Wait until the gate rows' slots are ready (gate rows cached), then the gate rows of P[start, start+count) from slots[start…]: fired ones compacted to aSlots/aPos/gA[start…], silent positions to slots[start…]. */
+  | { op: "gate"; key: string; layer: number; start: number; count: number }
   /**
-   * Wait for `waitFor`, then up, act and down of the nA fired neurons at aSlots[start…] (down in
-   * pack order: backs are posted in cluster order). `prefixed`: the front computed a resident
-   * prefix after its answer; continue from there. With `next`, that front runs right after, in
-   * the same task (its answer in `front`).
+   * Wait until the up+down slots of the nA fired neurons at aSlots[start…] are ready, then up,
+   * act and down (down in pack order: backs are posted in cluster order). `prefixed`: the front
+   * computed a resident prefix after its answer; continue from there. With `next`, that front
+   * runs right after, in the same task (its answer in `front`).
    */
-  | { op: "back"; key: string; layer: number; start: number; nA: number; waitFor: number[]; prefixed: boolean; next?: FrontTask }
-  /** Wait for `waitFor`, then gate, select, up, act and down of P[start, start+count) at once (a resident cluster; the blocking decoder's chunks); `next` as for back. */
-  | { op: "ffn"; key: string; layer: number; start: number; count: number; waitFor: number[]; next?: FrontTask }
+  | { op: "back"; key: string; layer: number; start: number; nA: number; prefixed: boolean; next?: FrontTask }
+  /**
+   * Wait for the slots, then gate, select, up, act and down of P[start, start+count) at once (a
+   * resident cluster; the blocking decoder's chunks); `next` as for back. With `lookup` (the whole
+   * FFN resident, nothing planned) the gate rows' slots are read from the cache's slot table first.
+   */
+  | { op: "ffn"; key: string; layer: number; start: number; count: number; lookup?: boolean; next?: FrontTask }
   /** x += o of the last layer (the residual step); logits of the last token. */
   | { op: "logits"; key: string }
   /** dense batched forward of a prompt batch, FFN streamed from the pack; logits of the last token. */
@@ -103,14 +107,15 @@ export interface IoTask {
   arena: number;
   staging: number;
   copies: Float64Array; // [arenaOffset, stagingOffset, length]…
-  batch: number; // batch id: its ioDone flag is set when the copies are done (or failed)
+  batch: number; // batch id: the slots its copies fill are marked ready with it (or failed)
+  slotBytes: number; // arena slot size: copies' destinations name their slots
 }
 
 /** The I/O worker's init: pin to the little cores, then take batches over the direct channel. */
 export interface IoInit {
   op: "init";
   cores?: number[];
-  ioDone: SharedArrayBuffer; // completion flags (io-flags.ts), set after each batch's copies
+  ready: SharedArrayBuffer; // slot flags' `ready` (slot-flags.ts), set after each batch's copies
   port: import("node:worker_threads").MessagePort;
 }
 

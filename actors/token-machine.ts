@@ -6,19 +6,21 @@
 //
 //   front    x += o(L−1); attention; xb = ffn_norm(x); o = 0; P = predict(x)  [+ every gate of P]
 //   reads    the cache plans the layer's clusters of P (as many as it can hold at once): gate
-//            rows resident or read, batches to the I/O loader; answers each cluster's batches
-//   ffn      per cluster: gate (waits for its gate reads in the worker) → the cache plans the
-//            fired neurons' up+down reads → back: up, act, down (waits for those reads); backs
-//            are posted in cluster order, so o accumulates in pack order, bit-identical to every
-//            other decoder. A resident cluster whose turn has come runs as one `ffn` task.
+//            rows resident or read, batches to the I/O loader; answers the clusters
+//   ffn      per cluster: gate (the worker waits for its slots' reads) → the cache plans the
+//            fired neurons' up+down reads, and at once the back is posted: up, act, down (the
+//            worker waits for those reads, src/sparse/cache/slot-flags.ts); backs are posted in
+//            cluster order, so o accumulates in pack order, bit-identical to every other
+//            decoder. A resident cluster whose turn has come runs as one `ffn` task.
 //            The layer's last back carries the next layer's front (look-ahead): no round trip at
 //            layer boundaries.
 //   logits   x += o(last); logits
 //
-// Three paths share the states: `fused` (gate rows pinned and a layer's predicted neurons fit
+// Four paths share the states: `fused` (gate rows pinned and a layer's predicted neurons fit
 // the cold region: the front computes every gate, one back per layer), `clusters` (gate rows
 // cached or the cold region smaller than a layer: clusters of P), `blocking` (LLMFlash: every
-// missing neuron read whole, then one ffn task per chunk). An `abort` stops at the next
+// missing neuron read whole, then one ffn task per chunk), `resident` (the whole FFN in memory:
+// nothing to plan, one ffn task per layer, the next layer's front chained in it). An `abort` stops at the next
 // boundary: clusters in flight finish, nothing new starts; the machine ends in done, cancelled
 // or failed.
 import { assign, enqueueActions, setup, type AnyActorRef } from "xstate";
@@ -26,7 +28,7 @@ import type { ComputeReply, ComputeRequest, SpanHint } from "./compute-machine.j
 import type { IoReply, IoRequest } from "./io-loader-machine.js";
 import type { ComputeTask, FrontTask } from "./protocol.js";
 
-export type TokenPath = "fused" | "clusters" | "blocking";
+export type TokenPath = "fused" | "clusters" | "blocking" | "resident";
 
 export interface TokenInput {
   step: number; // decode step (trace records)
@@ -46,19 +48,19 @@ export interface TokenInput {
   self: string;
 }
 
-/** A cluster of P the cache planned: its range, the read batches its gates wait for, and whether every neuron of it is resident. */
+/** A cluster of P the cache planned: its range, and whether every neuron of it is resident and landed. */
 export interface PlannedCluster {
   start: number;
   count: number;
-  waitFor: number[];
   resident: boolean;
 }
 
 /** What the token machine asks the cache actor. */
 export type CacheRequest =
   | { type: "cache.plan"; layer: number; nP: number; nA: number; from: number; path: TokenPath; replyTo: string }
-  | { type: "cache.updown"; layer: number; cluster: number; start: number; nA: number; nSilent: number; replyTo: string }
-  | { type: "cache.fired"; layer: number; start: number; nA: number; nSilent: number }
+  | { type: "cache.updown"; layer: number; cluster: number; start: number; nA: number; nSilent: number }
+  /** A whole-cluster ffn answered: what fired (with nP: the resident path, which planned nothing, counts the layer too). */
+  | { type: "cache.fired"; layer: number; start: number; nA: number; nSilent: number; nP?: number }
   | { type: "cache.window" }
   | { type: "cache.prefetch"; layer: number }
   | { type: "cache.forget"; failed: number[] };
@@ -66,7 +68,6 @@ export type CacheRequest =
 /** What the cache actor answers. */
 export type CacheReply =
   | { type: "cache.planned"; layer: number; clusters: PlannedCluster[]; next: number }
-  | { type: "cache.updowned"; cluster: number; waitFor: number[] }
   | { type: "cache.error"; error: string };
 
 export type TokenEvent = ComputeReply | CacheReply | IoReply | { type: "abort"; reason?: string };
@@ -83,8 +84,6 @@ export interface TokenContext extends TokenInput {
   complete: boolean;
   /** The clusters planned in the current window, and their progress. */
   clusters: PlannedCluster[];
-  /** Up+down counts of the clusters whose gates answered (by cluster index). */
-  fired: number[];
   /** Clusters of the window run whole (a resident prefix): the rest answer their gates in order after them. */
   gateBase: number;
   gatesAnswered: number;
@@ -130,14 +129,15 @@ function chained(c: Ctx): FrontTask | undefined {
 
 type Task = Exclude<ComputeTask, { op: "init" }>;
 type Enqueue = { sendTo: (target: AnyActorRef, event: object) => void };
+type System = { get(id: string): unknown };
 
-/** Post compute tasks from an action: `posts` counts them (the caller assigns seq and outstanding once). */
+/** Post compute tasks from an action: counts them (the caller assigns seq and outstanding once). */
 class Poster {
   posted = 0;
   constructor(
     private readonly enqueue: Enqueue,
     private readonly c: Ctx,
-    private readonly system: { get(id: string): unknown },
+    private readonly system: System,
   ) {}
   task(task: Task, hint: Omit<SpanHint, "token">): void {
     this.posted++;
@@ -147,10 +147,20 @@ class Poster {
   ask(req: CacheRequest): void {
     this.enqueue.sendTo(this.system.get(this.c.cache) as AnyActorRef, req);
   }
-  /** What to assign: task ids and outstanding count. */
-  get counts(): Pick<Ctx, "seq" | "outstanding"> {
-    return { seq: this.c.seq + this.posted, outstanding: this.c.outstanding + this.posted };
+  /** Task ids and the outstanding count after `answered` answers arrived and these posts. */
+  counts(answered = 0): Pick<Ctx, "seq" | "outstanding"> {
+    return { seq: this.c.seq + this.posted, outstanding: this.c.outstanding - answered + this.posted };
   }
+}
+
+type Done = Extract<TokenEvent, { type: "compute.done" }>;
+
+/** After this back or ffn answer, has every cluster of the window answered? */
+const windowDoneAfter = (c: Ctx) => c.backsAnswered + 1 >= c.clusters.length && c.backsAnswered + 1 >= c.backsPosted;
+
+/** The layer is done: the next one's counts (its front came chained with `front`, or is posted on entry). */
+function nextLayer(c: Ctx, front?: { nP?: number; nA?: number }): Partial<Ctx> {
+  return { layer: c.layer + 1, next: 0, complete: false, clusters: [], gateBase: 0, gatesAnswered: 0, backsPosted: 0, backsAnswered: 0, lookahead: front !== undefined, nP: front?.nP ?? 0, nA: front?.nA ?? 0 };
 }
 
 export const tokenMachine = setup({
@@ -162,21 +172,28 @@ export const tokenMachine = setup({
   },
   actions: {
     answered: assign({ outstanding: ({ context }) => context.outstanding - 1 }),
-    /** As a layer starts: read the next layer's hot clusters while this one computes (when asked to prefetch). */
-    prefetchNext: enqueueActions(({ enqueue, context, system }) => {
-      if (context.prefetch && context.layer + 1 < context.nLayer) new Poster(enqueue, context, system).ask({ type: "cache.prefetch", layer: context.layer + 1 });
-    }),
-    postFront: enqueueActions(({ enqueue, context, system }) => {
+    /** A layer starts: its front (unless it came chained), and the next layer's hot clusters read while this one computes (when asked to prefetch). */
+    startLayer: enqueueActions(({ enqueue, context, system }) => {
       const p = new Poster(enqueue, context, system);
-      p.task(frontTask(context, context.layer), { lane: "compute", layer: context.layer });
-      enqueue.assign(p.counts);
+      if (context.prefetch && context.layer + 1 < context.nLayer) p.ask({ type: "cache.prefetch", layer: context.layer + 1 });
+      if (!context.lookahead) p.task(frontTask(context, context.layer), { lane: "compute", layer: context.layer });
+      enqueue.assign(p.counts());
     }),
-    /** After the front's answer: the layer's predicted (and, fused, fired) counts. */
-    fronted: assign(({ context, event }) => {
-      if (event.type !== "compute.done") return {};
-      const r = event.result;
-      return { nP: r.nP ?? 0, nA: r.nA ?? 0, lookahead: false, next: 0, complete: false, layer: context.layer };
+    /** After the front's answer: the layer's predicted (and, fused, fired) counts; the cache plans the first window. */
+    fronted: enqueueActions(({ enqueue, context, event, system }) => {
+      const r = (event as Done).result;
+      const c = { ...context, nP: r.nP ?? 0, nA: r.nA ?? 0 };
+      if (c.path !== "resident") new Poster(enqueue, c, system).ask({ type: "cache.plan", layer: c.layer, nP: c.nP, nA: c.nA, from: 0, path: c.path, replyTo: c.self });
+      enqueue.assign({ nP: c.nP, nA: c.nA, outstanding: context.outstanding - 1, next: 0, complete: false });
     }),
+    /** The resident path: the whole layer as one ffn task, the next layer's front chained in it. */
+    runResident: enqueueActions(({ enqueue, context, system }) => {
+      const c = { ...context, complete: true }; // nP: from fronted, or from the chained front (layerDone)
+      const p = new Poster(enqueue, c, system);
+      p.task({ op: "ffn", key: "", layer: c.layer, start: 0, count: c.nP, lookup: true, next: chained(c) }, { lane: "compute", layer: c.layer, cluster: 0 });
+      enqueue.assign({ ...p.counts(), complete: true, clusters: [{ start: 0, count: c.nP, resident: true }], next: c.nP, backsPosted: 1, backsAnswered: 0, gateBase: 1, gatesAnswered: 0 });
+    }),
+    /** Plan the layer's next window (the front's counts came chained, or the last window was full). */
     plan: enqueueActions(({ enqueue, context, system }) => {
       new Poster(enqueue, context, system).ask({ type: "cache.plan", layer: context.layer, nP: context.nP, nA: context.nA, from: context.next, path: context.path, replyTo: context.self });
     }),
@@ -188,67 +205,62 @@ export const tokenMachine = setup({
       const clusters = event.clusters;
       const c = { ...context, complete };
       let posted = 0;
-      let ffnPrefix = true; // resident clusters run whole while every one before them did
-      clusters.forEach((cl, i) => {
-        const last = i === clusters.length - 1 && complete;
-        const next = last ? chained(c) : undefined;
+      let whole = true; // resident clusters run whole while every one before them did
+      for (let i = 0; i < clusters.length; i++) {
+        const cl = clusters[i]!;
+        const next = i === clusters.length - 1 && complete ? chained(c) : undefined;
         const hint = { lane: "compute" as const, layer: context.layer, cluster: i };
         if (context.path === "fused") {
-          p.task({ op: "back", key: "", layer: context.layer, start: 0, nA: context.nA, waitFor: cl.waitFor, prefixed: context.prefix, next }, hint);
+          p.task({ op: "back", key: "", layer: context.layer, start: 0, nA: context.nA, prefixed: context.prefix, next }, hint);
           posted++;
-        } else if (context.path === "blocking" || (cl.resident && ffnPrefix)) {
-          p.task({ op: "ffn", key: "", layer: context.layer, start: cl.start, count: cl.count, waitFor: cl.waitFor, next }, hint);
+        } else if (context.path === "blocking" || (cl.resident && whole)) {
+          p.task({ op: "ffn", key: "", layer: context.layer, start: cl.start, count: cl.count, next }, hint);
           posted++;
         } else {
-          ffnPrefix = false;
-          p.task({ op: "gate", key: "", layer: context.layer, start: cl.start, count: cl.count, waitFor: cl.waitFor }, hint);
+          whole = false;
+          p.task({ op: "gate", key: "", layer: context.layer, start: cl.start, count: cl.count }, hint);
         }
-      });
-      enqueue.assign({ ...p.counts, clusters, next: event.next, complete, backsPosted: posted, backsAnswered: 0, gateBase: posted, gatesAnswered: 0, fired: [] });
-    }),
-    /** A cluster's gates are known: the cache plans its up+down reads. */
-    gated: enqueueActions(({ enqueue, context, event, system }) => {
-      if (event.type !== "compute.done") return;
-      const cluster = context.gateBase + context.gatesAnswered; // gates answer in posting order
-      const nA = event.result.nA ?? 0;
-      new Poster(enqueue, context, system).ask({ type: "cache.updown", layer: context.layer, cluster, start: context.clusters[cluster]!.start, nA, nSilent: event.result.nSilent ?? 0, replyTo: context.self });
-      const fired = [...context.fired];
-      fired[cluster] = nA;
-      enqueue.assign({ fired, gatesAnswered: context.gatesAnswered + 1 });
-    }),
-    /** A cluster's up+down reads are planned: post its back (in cluster order: the order the gates answered). */
-    postBack: enqueueActions(({ enqueue, context, event, system }) => {
-      if (event.type !== "cache.updowned") return;
-      const cl = context.clusters[event.cluster]!;
-      const last = event.cluster === context.clusters.length - 1 && context.complete;
-      const p = new Poster(enqueue, context, system);
-      p.task(
-        { op: "back", key: "", layer: context.layer, start: cl.start, nA: context.fired[event.cluster] ?? 0, waitFor: event.waitFor, prefixed: false, next: last ? chained(context) : undefined },
-        { lane: "compute", layer: context.layer, cluster: event.cluster },
-      );
-      enqueue.assign({ ...p.counts, backsPosted: context.backsPosted + 1 });
-    }),
-    /** A back or ffn answered: count it; a whole-cluster ffn tells the cache what fired; a chained front is the next layer's. */
-    backed: enqueueActions(({ enqueue, context, event, system }) => {
-      if (event.type !== "compute.done") return;
-      const r = event.result;
-      if (event.op === "ffn") {
-        const start = context.clusters[context.backsAnswered]?.start ?? 0;
-        new Poster(enqueue, context, system).ask({ type: "cache.fired", layer: context.layer, start, nA: r.nA ?? 0, nSilent: r.nSilent ?? 0 });
       }
-      const upd: Partial<Ctx> = { backsAnswered: context.backsAnswered + 1 };
-      if (r.front) Object.assign(upd, { lookahead: true, nP: r.front.nP ?? 0, nA: r.front.nA ?? 0 });
-      enqueue.assign(upd);
+      enqueue.assign({ ...p.counts(), clusters, next: event.next, complete, backsPosted: posted, backsAnswered: 0, gateBase: posted, gatesAnswered: 0 });
     }),
+    /**
+     * A cluster's gates are known: the cache plans its up+down reads, and its back is posted at
+     * once (the cache handles the request first; the worker waits for the reads). Gates answer
+     * in posting order, so backs are posted in cluster order.
+     */
+    gated: enqueueActions(({ enqueue, context, event, system }) => {
+      const r = (event as Done).result;
+      const cluster = context.gateBase + context.gatesAnswered;
+      const cl = context.clusters[cluster]!;
+      const nA = r.nA ?? 0;
+      const p = new Poster(enqueue, context, system);
+      p.ask({ type: "cache.updown", layer: context.layer, cluster, start: cl.start, nA, nSilent: r.nSilent ?? 0 });
+      const last = cluster === context.clusters.length - 1 && context.complete;
+      p.task({ op: "back", key: "", layer: context.layer, start: cl.start, nA, prefixed: false, next: last ? chained(context) : undefined }, { lane: "compute", layer: context.layer, cluster });
+      enqueue.assign({ ...p.counts(1), gatesAnswered: context.gatesAnswered + 1, backsPosted: context.backsPosted + 1 });
+    }),
+    /** A back or ffn answered: count it; a whole-cluster ffn tells the cache what fired. */
+    backed: enqueueActions(({ enqueue, context, event, system }) => {
+      const e = event as Done;
+      if (e.op === "ffn") {
+        const start = context.clusters[context.backsAnswered]?.start ?? 0;
+        const nP = context.path === "resident" ? context.nP : undefined;
+        new Poster(enqueue, context, system).ask({ type: "cache.fired", layer: context.layer, start, nA: e.result.nA ?? 0, nSilent: e.result.nSilent ?? 0, nP });
+      }
+      enqueue.assign({ backsAnswered: context.backsAnswered + 1, outstanding: context.outstanding - 1 });
+    }),
+    /** The window's last back answered and the layer is not fully planned (the cache was full): a new window. */
     nextWindow: enqueueActions(({ enqueue, context, system }) => {
-      new Poster(enqueue, context, system).ask({ type: "cache.window" });
+      const p = new Poster(enqueue, context, system);
+      p.ask({ type: "cache.window" });
+      p.ask({ type: "cache.plan", layer: context.layer, nP: context.nP, nA: context.nA, from: context.next, path: context.path, replyTo: context.self });
     }),
-    /** The layer is done: on to the next (its front came chained, or is posted on entry). */
-    nextLayer: assign(({ context }) => ({ layer: context.layer + 1, next: 0, complete: false, clusters: [], fired: [], gateBase: 0, gatesAnswered: 0, backsPosted: 0, backsAnswered: 0, nP: context.lookahead ? context.nP : 0, nA: context.lookahead ? context.nA : 0 })),
+    /** The layer's last answer: on to the next layer (its front chained in the answer, if any). */
+    layerDone: assign(({ context, event }) => nextLayer(context, event.type === "compute.done" ? event.result.front : undefined)),
     postLogits: enqueueActions(({ enqueue, context, system }) => {
       const p = new Poster(enqueue, context, system);
       p.task({ op: "logits", key: "" }, { lane: "compute" });
-      enqueue.assign(p.counts);
+      enqueue.assign(p.counts());
     }),
     abort: assign(({ event }) => (event.type === "abort" ? { aborted: true, abortReason: event.reason } : {})),
     failure: assign(({ context, event }) => ({ error: context.error ?? (event.type === "compute.failed" || event.type === "cache.error" ? event.error : "failed") })),
@@ -260,12 +272,18 @@ export const tokenMachine = setup({
   },
   guards: {
     aborted: ({ context }) => context.aborted,
-    lookahead: ({ context }) => context.lookahead,
-    windowDone: ({ context }) => context.backsAnswered >= context.clusters.length,
-    layerPlanned: ({ context }) => context.complete,
+    isGate: ({ event }) => (event as Done).op === "gate",
+    /** More answers of this window to come after this one. */
+    windowOpen: ({ context }) => !windowDoneAfter(context),
+    windowFull: ({ context }) => !context.complete,
     lastLayer: ({ context }) => context.layer + 1 >= context.nLayer,
+    chainedFront: ({ event }) => (event as Done).result?.front !== undefined,
     nothingOutstanding: ({ context }) => context.outstanding === 0,
-    emptyWindow: ({ context }) => context.clusters.length === 0,
+    /** The cache planned nothing: the layer's FFN is empty (o = 0), or the cache could not hold one neuron. */
+    emptyPlan: ({ event }) => event.type === "cache.planned" && event.clusters.length === 0,
+    resident: ({ context }) => context.path === "resident",
+    /** Nothing planned and the layer not complete: the cache cannot hold a single neuron now. */
+    cacheFull: ({ context, event }) => event.type === "cache.planned" && event.clusters.length === 0 && event.next < context.nP,
   },
 }).createMachine({
   id: "token",
@@ -278,7 +296,6 @@ export const tokenMachine = setup({
     next: 0,
     complete: false,
     clusters: [],
-    fired: [],
     gateBase: 0,
     gatesAnswered: 0,
     backsPosted: 0,
@@ -295,46 +312,48 @@ export const tokenMachine = setup({
     "cache.error": { target: ".failing", actions: "failure" },
   },
   states: {
+    // x += o(L−1); attention; xb = ffn_norm(x); o = 0; P = predict(x) [+ gates]: on the worker
     front: {
-      entry: ["prefetchNext", "postFront"],
+      entry: "startLayer",
       on: {
         "compute.done": [
           { guard: "aborted", target: "cancelling", actions: "answered" },
-          { target: "reads", actions: ["answered", "fronted"] },
+          { guard: "resident", target: "ffn", actions: ["fronted", "runResident"] },
+          { target: "reads", actions: "fronted" },
         ],
       },
     },
+    // the cache plans a window of the layer's clusters (and hands their reads to the I/O loader)
     reads: {
-      entry: "plan",
       on: {
         "cache.planned": [
           { guard: "aborted", target: "cancelling" },
+          { guard: "cacheFull", target: "failing", actions: assign({ error: ({ context }) => `the neuron cache cannot hold one neuron of layer ${context.layer} (internal accounting error)` }) },
+          { guard: "emptyPlan", target: "nextLayer" },
           { target: "ffn", actions: "planned" },
         ],
       },
     },
+    // gates, up+down reads, backs of the window's clusters in flight
     ffn: {
-      always: { guard: "emptyWindow", target: "settle" },
       on: {
         "compute.done": [
-          { guard: ({ event }) => event.op === "gate", actions: ["answered", "gated"] },
-          { target: "settle", actions: ["answered", "backed"] },
+          { guard: "isGate", actions: "gated" },
+          { guard: "windowOpen", actions: "backed" },
+          { guard: "aborted", target: "cancelling", actions: "backed" },
+          { guard: "windowFull", target: "reads", actions: ["backed", "nextWindow"] },
+          { guard: "lastLayer", target: "logits", actions: "backed" },
+          { guard: ({ context, event }) => context.path === "resident" && (event as Done).result.front !== undefined, actions: ["backed", "layerDone", "startLayer", "runResident"] },
+          { guard: "chainedFront", target: "reads", actions: ["backed", "layerDone", "startLayer", "plan"] },
+          { target: "front", actions: ["backed", "layerDone"] },
         ],
-        "cache.updowned": { actions: "postBack" },
       },
     },
-    // a back answered (or nothing was planned): the window, the layer, the token done?
-    settle: {
-      always: [
-        { guard: ({ context }) => context.backsAnswered < context.backsPosted || context.backsAnswered < context.clusters.length, target: "ffn" },
-        { guard: "aborted", target: "cancelling" },
-        { guard: ({ context }) => !context.complete && context.clusters.length === 0, target: "failing", actions: assign({ error: ({ context }) => `the neuron cache cannot hold one neuron of layer ${context.layer} (internal accounting error)` }) },
-        { guard: ({ context }) => !context.complete, target: "reads", actions: "nextWindow" },
-        { guard: "lastLayer", target: "logits" },
-        { guard: "lookahead", target: "reads", actions: ["nextLayer", "prefetchNext"] },
-        { target: "front", actions: "nextLayer" },
-      ],
+    // a layer with nothing to compute (no neuron predicted): straight to the next
+    nextLayer: {
+      always: [{ guard: "lastLayer", target: "logits" }, { target: "front", actions: "layerDone" }],
     },
+    // x += o(last); logits
     logits: {
       entry: "postLogits",
       on: { "compute.done": { target: "done", actions: ["answered", assign({ logits: ({ event }) => event.result.logits ?? -1 })] } },

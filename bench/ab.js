@@ -4,7 +4,7 @@
 // in its own process, and the median and spread of decode tok/s are reported with the ratio.
 // This is how a reshape proves it kept the speed (docs/benchmarks.md, "A/B of a reshape").
 //
-//   node bench/ab.js --old /path/to/old/checkout [--new .] [--reps 5] [--tokens 64]
+//   node bench/ab.js --old /path/to/old/checkout [--new .] [--reps 7] [--tokens 200]
 //                    [--7b PACK --7b-budget BYTES --7b-tokens 32 --7b-reps 3] [--out FILE]
 //
 // Both checkouts must be built (dist/ and native/build). Cases: the default model (plain:
@@ -23,8 +23,8 @@ const { values: v } = parseArgs({
   options: {
     old: { type: "string" },
     new: { type: "string", default: resolve(here, "..") },
-    reps: { type: "string", default: "5" },
-    tokens: { type: "string", default: "64" },
+    reps: { type: "string", default: "7" },
+    tokens: { type: "string", default: "200" },
     "7b": { type: "string" },
     "7b-budget": { type: "string" },
     "7b-tokens": { type: "string", default: "32" },

@@ -4,7 +4,7 @@
 // logits, a dense prefill — with the FFN steps every decoder shares (sparse/ffn/steps.ts).
 // Tasks carry descriptors only (actors/protocol.ts) and run in arrival order, so the token
 // machine fixes the order in which the down columns accumulate; a task that needs reads waits
-// on their completion flags here (io-flags.ts), not in the scheduler.
+// on the slot flags here (sparse/cache/slot-flags.ts), not in the scheduler.
 import { native, type NativeAddon } from "../src/native.js";
 import { addFfnOutput, attentionBlock, checkBatch, embedTokens, ffnInput, forward, outputLogits } from "../src/model/forward.js";
 import type { Weights } from "../src/model/weights.js";
@@ -12,7 +12,7 @@ import { bundleRange, createBundleScratch, FfnSteps, type BundleScratch, type To
 import type { ComputeInit, ComputeResult, ComputeTask, FrontTask } from "../actors/protocol.js";
 import { nowUs } from "../src/trace/recorder.js";
 import { serveChannel } from "../src/decode/pipeline/worker-channel.js";
-import { waitBatch } from "../actors/io-flags.js";
+import { waitSlots } from "../src/sparse/cache/slot-flags.js";
 
 interface State {
   init: ComputeInit;
@@ -21,7 +21,9 @@ interface State {
   steps: FfnSteps;
   /** The decode token's rows of the run state. */
   token: TokenRows;
-  ioDone: Int32Array;
+  /** Slot flags: the batch each arena slot waits for, and the batch that landed in it. */
+  want: Int32Array;
+  ready: Int32Array;
   /** Fired neurons [0, prefixDone) of the current layer already computed (resident prefix), with their up/down intervals. */
   prefixDone: number;
   prefixCuts: number[];
@@ -49,7 +51,8 @@ function setUp(init: ComputeInit): State {
     bundles: createBundleScratch(init.cfg.nFF, init.prefill.bundleScratch, 0),
     steps: new FfnSteps(init.ffn, init.cfg.nLayer),
     token: { buf: rs.buf, x: rs.x, xb: rs.xb, o: rs.o },
-    ioDone: new Int32Array(init.ioDone),
+    want: new Int32Array(init.slotFlags.want),
+    ready: new Int32Array(init.slotFlags.ready),
     prefixDone: 0,
     prefixCuts: [],
   };
@@ -73,13 +76,13 @@ export default function compute(task: ComputeTask): ComputeResult {
     case "front":
       return front(s, task);
     case "gate": {
-      waitReads(s, task.layer, task.waitFor); // the wait is not a kernel span
+      if (!s.init.ffn.pinned) waitReads(s, task.layer, s.steps.slots, task.start, task.count); // the wait is not a kernel span
       out.t0 = nowUs();
       Object.assign(out, s.steps.gate(task.layer, s.token, task.start, task.count));
       break;
     }
     case "back": {
-      waitReads(s, task.layer, task.waitFor);
+      waitReads(s, task.layer, s.steps.aSlots, task.start, task.nA);
       // with a prefix, the resident fired neurons before it ran after the front's answer
       const from = task.prefixed ? task.start + s.prefixDone : task.start;
       const c = upDown(s, from, task.start + task.nA);
@@ -92,9 +95,17 @@ export default function compute(task: ComputeTask): ComputeResult {
       return out;
     }
     case "ffn": {
-      waitReads(s, task.layer, task.waitFor);
+      if (task.lookup) {
+        const { P, slots, slotTable } = s.steps;
+        const base = task.layer * cfg.nFF;
+        // pinned gate rows are indexed by neuron, cached ones live in the neuron's slot
+        if (s.init.ffn.pinned) for (let k = task.start; k < task.start + task.count; k++) slots[k] = base + P[k]!;
+        else for (let k = task.start; k < task.start + task.count; k++) slots[k] = slotTable[base + P[k]!]!;
+      }
+      if (!s.init.ffn.pinned) waitReads(s, task.layer, s.steps.slots, task.start, task.count);
       out.t0 = nowUs();
       const g = s.steps.gate(task.layer, s.token, task.start, task.count);
+      if (s.init.ffn.pinned) waitReads(s, task.layer, s.steps.aSlots, task.start, g.nA);
       upDown(s, task.start, task.start + g.nA);
       Object.assign(out, g);
       out.t1 = nowUs();
@@ -115,9 +126,9 @@ export default function compute(task: ComputeTask): ComputeResult {
   return out;
 }
 
-/** Block this thread (not a core) until the read batches have landed; a failed batch throws. */
-function waitReads(s: State, layer: number, batches: readonly number[]): void {
-  for (const b of batches) waitBatch(s.ioDone, b, `compute worker: layer ${layer}`);
+/** Block this thread (not a core) until the slots slots[start, start+count) hold their reads; a failed read throws. */
+function waitReads(s: State, layer: number, slots: Int32Array, start: number, count: number): void {
+  waitSlots(s.want, s.ready, slots, start, count, `compute worker: layer ${layer}`);
 }
 
 /**

@@ -6,7 +6,7 @@ import { native } from "../src/native.js";
 import type { IoInit, IoResult, IoTask } from "../actors/protocol.js";
 import { nowUs } from "../src/trace/recorder.js";
 import { serveChannel } from "../src/decode/pipeline/worker-channel.js";
-import { markBatch } from "../actors/io-flags.js";
+import { markSlots } from "../src/sparse/cache/slot-flags.js";
 
 let tid = 0;
 let flags: Int32Array | undefined;
@@ -16,7 +16,7 @@ export default function init(task: IoInit): { tid: number } {
   const n = native();
   if (task.cores) n.setAffinity(task.cores);
   tid = n.threadInfo().tid;
-  flags = new Int32Array(task.ioDone);
+  flags = new Int32Array(task.ready);
   serveChannel(task.port, read);
   return { tid };
 }
@@ -29,9 +29,9 @@ function read(task: IoTask): IoResult {
     bytes = n.readBatch(task.loader, task.reqs);
     n.copyBatch(task.arena, task.staging, task.copies);
   } catch (e) {
-    if (flags) markBatch(flags, task.batch, false);
+    if (flags) markSlots(flags, task.copies, task.slotBytes, task.batch, false);
     throw e;
   }
-  if (flags) markBatch(flags, task.batch, true);
+  if (flags) markSlots(flags, task.copies, task.slotBytes, task.batch, true);
   return { t0, t1: nowUs(), tid, bytes };
 }

@@ -1,17 +1,17 @@
-// The actors at the edge of the pipeline's actor system, where the machines (actors/) meet the
-// outside: the compute and I/O worker threads (behind direct channels) and the neuron cache's
-// tables. Each is an XState callback actor injected into the machines; replay (trace-tools/
-// replay.ts) swaps them for stubs and feeds the machines what these sent.
+// The edge of the pipeline's actor system, where the machines (actors/) meet the outside: the
+// compute and I/O worker threads (behind direct channels), reached through actions injected
+// into the compute and I/O loader machines, and the neuron cache's tables, an injected callback
+// actor. Replay (trace-tools/replay.ts) leaves them out and feeds the machines what they sent.
 import type { Piscina } from "piscina";
 import { fromCallback, type AnyActorRef } from "xstate";
-import type { ChannelCommand, ChannelEvent, SpanHint } from "../../../actors/compute-machine.js";
-import type { IoChannelCommand, IoChannelEvent } from "../../../actors/io-loader-machine.js";
-import { markBatch } from "../../../actors/io-flags.js";
+import type { ChannelEvent, ComputeReply, PostParams, SpanHint } from "../../../actors/compute-machine.js";
+import type { IoChannelEvent, IoLoaderContext } from "../../../actors/io-loader-machine.js";
 import { PIPELINE_IDS } from "../../../actors/pipeline-machine.js";
 import type { ComputeInit, ComputeResult, ComputeTask, IoInit, IoResult, IoTask } from "../../../actors/protocol.js";
 import type { CacheReply, CacheRequest, PlannedCluster } from "../../../actors/token-machine.js";
 import type { NeuronCache } from "../../sparse/cache/neuron-cache.js";
 import type { ReadBatch } from "../../sparse/cache/read-batcher.js";
+import { markSlots, slotReady } from "../../sparse/cache/slot-flags.js";
 import type { WindowCache } from "../../sparse/cache/window-cache.js";
 import type { FfnSteps } from "../../sparse/ffn/steps.js";
 import { nowUs, type SpanName, type TraceRecorder } from "../../trace/recorder.js";
@@ -19,60 +19,66 @@ import type { SparseParts } from "../sparse-parts.js";
 import { openChannel, type WorkerChannel } from "./worker-channel.js";
 
 /**
- * Read batches handed to the I/O loader and not landed yet, and those that failed — shared by
- * the cache actor (a computation must wait for the batches that fill its slots) and the I/O
- * channel (which sees them land), on the scheduler thread.
+ * The compute worker's thread, behind a direct channel: the compute actor's injected actions
+ * (postToWorker, initWorker) post tasks with the session's key and record their spans; answers
+ * come back to the actor as channel.* events.
  */
-export class ReadTracker {
-  readonly pending = new Set<number>();
-  readonly failed = new Set<number>();
-  /** Of the batches that last wrote these slots, those still pending or failed. */
-  waitsOf(slotBatch: Int32Array, slots: Int32Array, start: number, count: number): number[] {
-    const ids = new Set<number>();
-    for (let k = start; k < start + count; k++) {
-      const b = slotBatch[slots[k]!]!;
-      if (b > 0 && (this.pending.has(b) || this.failed.has(b))) ids.add(b);
-    }
-    return [...ids];
-  }
-}
-
-/** The compute worker's thread, behind a direct channel: posts tasks with the session's key, records their spans. */
-export function computeChannel(pool: Piscina, role: "big" | "little", trace: () => TraceRecorder | undefined) {
+export function computeWorkerActions(pool: Piscina, role: "big" | "little", trace: () => TraceRecorder | undefined) {
   const what = `compute worker (${role})`;
-  return fromCallback<ChannelCommand, unknown, ChannelEvent>(({ sendBack, receive }) => {
-    let ch: WorkerChannel<ComputeTask, ComputeResult> | undefined;
-    let key = "";
-    receive((cmd) => {
-      if (cmd.type === "init") {
-        ch?.close("replaced by a new session's channel");
-        ch = undefined;
-        key = cmd.init.key;
-        openChannel<ComputeTask, ComputeResult>(pool, what, (port) => ({ ...cmd.init, port }) satisfies ComputeInit).then(
-          (c) => {
-            ch = c;
-            sendBack({ type: "channel.ready", key: cmd.init.key });
-          },
-          (e: unknown) => sendBack({ type: "channel.initFailed", error: `${what}: ${(e as Error)?.message ?? String(e)}` }),
-        );
-        return;
-      }
+  let ch: WorkerChannel<ComputeTask, ComputeResult> | undefined;
+  let key = "";
+  let outstanding = 0; // posted, not answered
+  let answered = 0; // since the worker last drained
+  type Args = { self: { send(ev: ChannelEvent): void }; system: { get(id: string): unknown } };
+  const reply = (system: Args["system"], to: string, ev: ComputeReply) => (system.get(to) as AnyActorRef | undefined)?.send(ev);
+  const settle = (self: Args["self"]) => {
+    outstanding--;
+    answered++;
+    if (outstanding === 0) {
+      self.send({ type: "channel.drained", answered });
+      answered = 0;
+    }
+  };
+  return {
+    initWorker({ self }: Args, { init }: { init: Omit<ComputeInit, "port"> }): void {
+      ch?.close("replaced by a new session's channel");
+      ch = undefined;
+      key = init.key;
+      openChannel<ComputeTask, ComputeResult>(pool, what, (port) => ({ ...init, port }) satisfies ComputeInit).then(
+        (c) => {
+          ch = c;
+          self.send({ type: "channel.ready", key: init.key });
+        },
+        (e: unknown) => self.send({ type: "channel.initFailed", error: `${what}: ${(e as Error)?.message ?? String(e)}` }),
+      );
+    },
+    postToWorker({ self, system }: Args, p: PostParams): void {
+      outstanding++;
       const c = ch;
+      const failed = (error: string, exited: boolean) => {
+        // the answer first (the asker's cause), then the actor learns the thread is gone
+        reply(system, p.replyTo, { type: "compute.failed", id: p.id, op: p.task.op, error });
+        if (exited) self.send({ type: "channel.exited", error });
+        settle(self);
+      };
       if (!c) {
-        sendBack({ type: "channel.error", id: cmd.id, error: `${what}: not initialised`, exited: true });
+        queueMicrotask(() => failed(`${what}: not initialised`, true));
         return;
       }
-      c.request({ ...cmd.task, key } as ComputeTask).then(
+      c.request({ ...p.task, key } as ComputeTask).then(
         (result) => {
           const t = trace();
-          if (t) recordSpans(t, cmd.task.op, cmd.hint, result);
-          sendBack({ type: "channel.answer", id: cmd.id, result });
+          if (t) recordSpans(t, p.task.op, p.hint, result);
+          reply(system, p.replyTo, { type: "compute.done", id: p.id, op: p.task.op, result });
+          settle(self);
         },
-        (e: unknown) => sendBack({ type: "channel.error", id: cmd.id, error: (e as Error)?.message ?? String(e), exited: c.closed }),
+        (e: unknown) => failed((e as Error)?.message ?? String(e), c.closed),
       );
-    });
-    return () => ch?.close("compute actor stopped");
-  });
+    },
+    close(): void {
+      ch?.close("compute actor stopped");
+    },
+  };
 }
 
 /** A task's answer as trace spans: one per step it ran (result.cuts), a chained front's too. */
@@ -111,78 +117,78 @@ function recordSpans(t: TraceRecorder, op: string, hint: SpanHint, r: ComputeRes
   if (r.front) front(r.front, L! + 1);
 }
 
-export interface IoChannelOptions {
+export interface IoWorkerOptions {
   pool: Piscina;
   loader: number; // native loader id
   staging: number; // staging buffer id
   chunkBytes: number; // one batch's staging chunk
   arena: number;
+  slotBytes: number;
   device: string;
-  flags: Int32Array; // read-batch completion flags (io-flags.ts)
-  ioDone: SharedArrayBuffer;
+  /** The slot flags' `ready` (slot-flags.ts): the worker marks a batch's slots when its copies land. */
+  ready: SharedArrayBuffer;
   cores?: number[];
-  tracker: ReadTracker;
   trace: () => TraceRecorder | undefined;
   token: () => number;
 }
 
-/** The I/O worker's thread, behind a direct channel: reads a batch into its staging chunk, then copies into the slots. */
-export function ioChannel(o: IoChannelOptions) {
+/**
+ * The I/O worker's thread, behind a direct channel: the I/O loader's injected actions. A batch
+ * is read into its staging chunk, then copied into the slots; the worker marks the slots ready.
+ */
+export function ioWorkerActions(o: IoWorkerOptions) {
   const what = `I/O loader (${o.device})`;
-  return fromCallback<IoChannelCommand, unknown, IoChannelEvent>(({ sendBack, receive }) => {
-    let ready: Promise<WorkerChannel<IoTask, IoResult>>;
-    const open = () => {
-      ready = openChannel<IoTask, IoResult>(o.pool, what, (port): IoInit => ({ op: "init", cores: o.cores, port, ioDone: o.ioDone }));
-      ready.catch(() => {}); // a read on it reports the cause
-    };
-    open();
-    receive((cmd) => {
-      if (cmd.type === "fail") {
-        for (const b of cmd.batches) {
-          o.tracker.pending.delete(b);
-          o.tracker.failed.add(b);
-          markBatch(o.flags, b, false); // a computation waiting on it stops
-        }
-        return;
-      }
-      if (cmd.type === "reopen") {
-        o.tracker.failed.clear();
-        void ready.then(
-          (ch) => ch.closed && open(),
-          () => open(),
-        );
-        return;
-      }
-      const { batch, chunk } = cmd;
-      const base = chunk * o.chunkBytes;
-      const reqs = Float64Array.from(batch.reqs);
-      for (let i = 0; i < reqs.length; i += 4) {
-        reqs[i + 2] = o.staging;
-        reqs[i + 3]! += base;
-      }
-      const copies = Float64Array.from(batch.copies);
-      for (let i = 1; i < copies.length; i += 3) copies[i]! += base;
-      const task: IoTask = { op: "read", loader: o.loader, reqs, arena: o.arena, staging: o.staging, copies, batch: batch.id };
-      const token = o.token();
-      ready
-        .then((ch) => ch.request(task))
-        .then(
-          (r) => {
-            o.tracker.pending.delete(batch.id);
-            o.trace()?.span({ lane: "io", name: "read", t0: r.t0, t1: r.t1, token, layer: batch.layer, bytes: batch.bytes, reads: batch.reads, phase: batch.phase });
-            sendBack({ type: "channel.read", batch: batch.id, chunk, bytes: batch.bytes });
-          },
-          (e: unknown) => {
-            o.tracker.pending.delete(batch.id);
-            o.tracker.failed.add(batch.id);
-            markBatch(o.flags, batch.id, false);
-            const msg = (e as Error)?.message ?? String(e);
-            sendBack({ type: "channel.failed", batch: batch.id, chunk, error: msg.startsWith(what) ? msg : `${what}: ${msg}` });
-          },
-        );
-    });
-    return () => void ready.then((ch) => ch.close("I/O loader closed")).catch(() => {});
-  });
+  const ready = new Int32Array(o.ready);
+  let channel: Promise<WorkerChannel<IoTask, IoResult>>;
+  const open = () => {
+    channel = openChannel<IoTask, IoResult>(o.pool, what, (port): IoInit => ({ op: "init", cores: o.cores, port, ready: o.ready }));
+    channel.catch(() => {}); // a read on it reports the cause
+  };
+  open();
+  type Self = { self: { send(ev: IoChannelEvent): void } };
+  type Ctx = { context: IoLoaderContext };
+  const read = (self: Self["self"], batch: ReadBatch, chunk: number) => {
+    const base = chunk * o.chunkBytes;
+    const reqs = Float64Array.from(batch.reqs);
+    for (let i = 0; i < reqs.length; i += 4) {
+      reqs[i + 2] = o.staging;
+      reqs[i + 3]! += base;
+    }
+    const copies = Float64Array.from(batch.copies);
+    for (let i = 1; i < copies.length; i += 3) copies[i]! += base;
+    const task: IoTask = { op: "read", loader: o.loader, reqs, arena: o.arena, staging: o.staging, copies, batch: batch.id, slotBytes: o.slotBytes };
+    const token = o.token();
+    channel
+      .then((ch) => ch.request(task))
+      .then(
+        (r) => {
+          o.trace()?.span({ lane: "io", name: "read", t0: r.t0, t1: r.t1, token, layer: batch.layer, bytes: batch.bytes, reads: batch.reads, phase: batch.phase });
+          self.send({ type: "channel.read", batch: batch.id, chunk, bytes: batch.bytes });
+        },
+        (e: unknown) => {
+          markSlots(ready, batch.copies, o.slotBytes, batch.id, false); // the worker may not have: a computation waiting on it stops
+          const msg = (e as Error)?.message ?? String(e);
+          self.send({ type: "channel.failed", batch: batch.id, chunk, error: msg.startsWith(what) ? msg : `${what}: ${msg}` });
+        },
+      );
+  };
+  return {
+    readBatches({ self, context }: Self & Ctx): void {
+      for (const { batch, chunk } of context.starting) read(self, batch, chunk);
+    },
+    failBatches({ context }: Ctx): void {
+      for (const b of context.failing) markSlots(ready, b.copies, o.slotBytes, b.id, false);
+    },
+    reopen(): void {
+      void channel.then(
+        (ch) => ch.closed && open(),
+        () => open(),
+      );
+    },
+    close(): void {
+      void channel.then((ch) => ch.close("I/O loader closed")).catch(() => {});
+    },
+  };
 }
 
 export interface CacheActorOptions {
@@ -193,7 +199,6 @@ export interface CacheActorOptions {
   /** Pack positions per cluster of P. */
   clusterNeurons: number;
   prefetchClusters: number;
-  tracker: ReadTracker;
   trace: () => TraceRecorder | undefined;
   token: () => number;
 }
@@ -205,15 +210,26 @@ export interface CacheActorOptions {
  * thread, between messages.
  */
 export function cacheActor(o: CacheActorOptions) {
-  const { parts, window: wc, steps, tracker } = o;
+  const { parts, window: wc, steps } = o;
   const cache: NeuronCache = parts.cache;
   const { P, slots, aPos, aSlots } = steps;
   const W = o.clusterNeurons;
   return fromCallback<CacheRequest>(({ receive, system }) => {
     const submit = (batches: ReadBatch[]) => {
-      if (batches.length === 0) return;
-      for (const b of batches) tracker.pending.add(b.id);
-      (system.get(PIPELINE_IDS.io) as AnyActorRef).send({ type: "io.submit", batches });
+      if (batches.length > 0) (system.get(PIPELINE_IDS.io) as AnyActorRef).send({ type: "io.submit", batches });
+    };
+    const { want, ready } = { want: cache.slotBatch, ready: new Int32Array(cache.reads.flags.ready) };
+    /** Pinned gate rows: are the up+down rows of P[i, end) landed? */
+    const upDownLanded = (layer: number, i: number, end: number) => {
+      const base = layer * parts.pack.config.nFF;
+      for (let k = i; k < end; k++) if (!slotReady(want, ready, cache.slotOfNeuron(base + P[k]!))) return false;
+      return true;
+    };
+    /** Are the gate, up and down rows of P[i, end) resident and landed (no read in flight)? */
+    const landed = (layer: number, i: number, end: number) => {
+      if (!cache.allFull(layer, P, i, end)) return false;
+      for (let k = i; k < end; k++) if (!slotReady(want, ready, slots[k]!)) return false;
+      return true;
     };
     const reply = (to: string, ev: CacheReply) => (system.get(to) as AnyActorRef | undefined)?.send(ev);
     receive((req) => {
@@ -228,17 +244,21 @@ export function cacheActor(o: CacheActorOptions) {
             const st = parts.ffnStats[req.layer]!;
             st.fired += req.nA;
             cache.demoteSilent(req.layer, slots.subarray(req.start), req.nSilent);
-            let waitFor: number[] = [];
             if (req.nA > 0) {
               cache.loadUpDown(req.layer, aPos.subarray(req.start), req.nA, aSlots.subarray(req.start));
               submit(cache.takeBatches());
-              waitFor = tracker.waitsOf(cache.slotBatch, aSlots, req.start, req.nA);
             }
-            reply(req.replyTo, { type: "cache.updowned", cluster: req.cluster, waitFor });
             break;
           }
           case "cache.fired": {
-            parts.ffnStats[req.layer]!.fired += req.nA;
+            const st = parts.ffnStats[req.layer]!;
+            if (req.nP !== undefined) {
+              // the whole FFN resident: the layer ran without planning
+              st.tokens++;
+              st.predicted += req.nP;
+              cache.countResidentGates(req.layer, req.nP);
+            }
+            st.fired += req.nA;
             if (wc) break; // the window cache counted its loads
             cache.demoteSilent(req.layer, slots.subarray(req.start), req.nSilent);
             if (req.nA > 0) {
@@ -285,7 +305,7 @@ export function cacheActor(o: CacheActorOptions) {
         if (end === from) throw new Error(`the window cache cannot hold one neuron of layer ${layer}`);
         const batches = wc!.takeBatches();
         submit(batches);
-        clusters.push({ start: from, count: end - from, waitFor: batches.map((b) => b.id), resident: false });
+        clusters.push({ start: from, count: end - from, resident: false });
         return { type: "cache.planned", layer, clusters, next: end };
       }
       if (from === 0) cache.beginWindow();
@@ -296,7 +316,7 @@ export function cacheActor(o: CacheActorOptions) {
           cache.loadUpDown(layer, aPos, req.nA, aSlots);
           submit(cache.takeBatches());
         }
-        clusters.push({ start: 0, count: nP, waitFor: tracker.waitsOf(cache.slotBatch, aSlots, 0, req.nA), resident: false });
+        clusters.push({ start: 0, count: nP, resident: false });
         return { type: "cache.planned", layer, clusters, next: nP };
       }
       let i = from;
@@ -307,8 +327,8 @@ export function cacheActor(o: CacheActorOptions) {
         const end = cache.loadGates(layer, P, i, e, slots.subarray(i));
         if (end === i) break; // the cache holds no more at once: the token machine lets these finish first
         submit(cache.takeBatches());
-        const waitFor = cache.pinned ? [] : tracker.waitsOf(cache.slotBatch, slots, i, end - i); // pinned gate rows never wait
-        clusters.push({ start: i, count: end - i, waitFor, resident: waitFor.length === 0 && cache.allFull(layer, P, i, end) });
+        // pinned: slots[] index gate rows, every neuron's up+down must be landed to run whole
+        clusters.push({ start: i, count: end - i, resident: cache.pinned ? cache.allFull(layer, P, i, end) && upDownLanded(layer, i, end) : landed(layer, i, end) });
         i = end;
       }
       return { type: "cache.planned", layer, clusters, next: i };

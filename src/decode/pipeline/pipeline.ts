@@ -8,7 +8,6 @@ import { availableParallelism } from "node:os";
 import { Piscina } from "piscina";
 import { createActor, toObserver, waitFor, type Actor, type InspectionEvent, type Observer, type Subscription } from "xstate";
 import { computeMachine } from "../../../actors/compute-machine.js";
-import { createIoFlags } from "../../../actors/io-flags.js";
 import { ioLoaderMachine } from "../../../actors/io-loader-machine.js";
 import { pipelineMachine, type PipelineInput, type PipelineRequest, type PipelineResult } from "../../../actors/pipeline-machine.js";
 import type { TokenPath } from "../../../actors/token-machine.js";
@@ -21,7 +20,7 @@ import { workerFile } from "../../util/package-files.js";
 import { allocContext, freeContext } from "../context.js";
 import type { ContextOptions, DecodeContext, Decoder } from "../decoder.js";
 import type { SparseParts } from "../sparse-parts.js";
-import { cacheActor, computeChannel, ioChannel, ReadTracker } from "./leaves.js";
+import { cacheActor, computeWorkerActions, ioWorkerActions } from "./leaves.js";
 
 export type PipelineMode = "pipeline" | "blocking";
 
@@ -86,9 +85,14 @@ export class PipelineDecoder implements Decoder {
     const { pack, plan, cache } = parts;
     const C = plan.clusterSize;
     const nFF = pack.config.nFF;
-    // 8 clusters per layer give reads something to overlap (16 measured 20% slower at 7B: more hops); with (nearly: ≥ 98%) the whole FFN
-    // resident there is little to read, and one task per matrix costs the fewest messages
-    const clusterNeurons = opts.clusterNeurons ?? (plan.ffnResident >= 0.98 ? C * Math.ceil(nFF / C) : C * Math.max(1, Math.ceil(nFF / (8 * C))));
+    // Clusters give reads something to overlap, but each costs the scheduler ~25 µs of messages
+    // (actors/token-machine.ts): one per MiB of a layer's gate rows, at most 8 (7B: 8, as
+    // measured there — 16 were 20% slower, 4 9% slower; the default model: 1, where a cluster of
+    // 8 held 6 µs of compute). With (nearly: ≥ 98%) the whole FFN resident there is little to
+    // read, and one task per matrix costs the fewest messages.
+    const gateBytes = nFF * pack.gateBytes;
+    const clusters = plan.ffnResident >= 0.98 ? 1 : Math.min(8, Math.max(1, Math.floor(gateBytes / 2 ** 20)));
+    const clusterNeurons = opts.clusterNeurons ?? C * Math.max(1, Math.ceil(nFF / (clusters * C)));
     if (!(Number.isInteger(clusterNeurons) && clusterNeurons >= C && clusterNeurons % C === 0)) {
       throw new RangeError(`clusterNeurons must be a multiple of the cache's cluster size (${C}), got ${clusterNeurons}`);
     }
@@ -101,7 +105,7 @@ export class PipelineDecoder implements Decoder {
     this.knobs = {
       mode: kind,
       // gate rows pinned and a layer's predicted neurons fit the cold region: one front and one back task per layer
-      path: kind === "blocking" ? "blocking" : cache.pinned && plan.coldSlots >= nFF ? "fused" : "clusters",
+      path: kind === "blocking" ? "blocking" : plan.ffnResident >= 1 ? "resident" : cache.pinned && plan.coldSlots >= nFF ? "fused" : "clusters",
       clusterNeurons,
       // with pinned gates the hot up+down rows are resident and a prefetched cluster's gate
       // blocks are read for nothing (7B, 50%: +70 MiB per token): no prefetch by default
@@ -119,32 +123,29 @@ export class PipelineDecoder implements Decoder {
     if (window) parts.policy = window; // report() shows its statistics
     this.computePool = new Piscina({ filename: workerFile("compute-worker"), minThreads: 1, maxThreads: 1, idleTimeout: Infinity, concurrentTasksPerWorker: 64, atomics: "async" });
     this.ioPool = new Piscina({ filename: workerFile("io-worker"), minThreads: 1, maxThreads: 1, idleTimeout: Infinity, concurrentTasksPerWorker: 8, atomics: "async" });
-    const ioDone = createIoFlags();
-    const tracker = new ReadTracker();
     const trace = () => this.traceRec;
     const k = this.knobs;
+    this.computeLink = computeWorkerActions(this.computePool, "big", trace);
+    this.ioLink = ioWorkerActions({
+      pool: this.ioPool,
+      loader: parts.loaderId,
+      staging: cache.staging,
+      chunkBytes,
+      arena: cache.arena,
+      slotBytes: cache.slotBytes,
+      device: pack.path,
+      ready: cache.reads.flags.ready,
+      cores: k.littleCores,
+      trace,
+      token: () => this.step - 1,
+    });
+    const { initWorker, postToWorker } = this.computeLink;
+    const { readBatches, failBatches, reopen } = this.ioLink;
     const logic = pipelineMachine.provide({
       actors: {
-        compute: computeMachine.provide({ actors: { channel: computeChannel(this.computePool, "big", trace) } }),
-        io: ioLoaderMachine.provide({
-          actors: {
-            channel: ioChannel({
-              pool: this.ioPool,
-              loader: parts.loaderId,
-              staging: cache.staging,
-              chunkBytes,
-              arena: cache.arena,
-              device: pack.path,
-              flags: new Int32Array(ioDone),
-              ioDone,
-              cores: k.littleCores,
-              tracker,
-              trace,
-              token: () => this.step - 1,
-            }),
-          },
-        }),
-        cache: cacheActor({ parts, window, steps: new FfnSteps(parts.ffn, pack.config.nLayer), clusterNeurons, prefetchClusters: k.prefetchClusters, tracker, trace, token: () => this.step - 1 }),
+        compute: computeMachine.provide({ actions: { initWorker, postToWorker } }),
+        io: ioLoaderMachine.provide({ actions: { readBatches, failBatches, reopen } }),
+        cache: cacheActor({ parts, window, steps: new FfnSteps(parts.ffn, pack.config.nLayer), clusterNeurons, prefetchClusters: k.prefetchClusters, trace, token: () => this.step - 1 }),
       },
     });
     const input: PipelineInput = {
@@ -158,12 +159,12 @@ export class PipelineDecoder implements Decoder {
       stagingChunks: chunks,
       ioInFlight: k.ioInFlight,
     };
-    this.ioDone = ioDone;
     this.root = createActor(logic, { input, id: "pipeline", systemId: "pipeline" });
     this.root.start();
   }
 
-  private readonly ioDone: SharedArrayBuffer;
+  private readonly computeLink: ReturnType<typeof computeWorkerActions>;
+  private readonly ioLink: ReturnType<typeof ioWorkerActions>;
 
   get trace(): TraceRecorder | undefined {
     return this.traceRec;
@@ -257,7 +258,7 @@ export class PipelineDecoder implements Decoder {
           bundleScratch: ffn.scratch, // free during prefill: the decode scratch doubles as the dense FFN's
         },
         threads: this.knobs.threads,
-        ioDone: this.ioDone,
+        slotFlags: cache.reads.flags,
         cores: this.knobs.bigCores,
         role: "big",
       },
@@ -288,7 +289,9 @@ export class PipelineDecoder implements Decoder {
   describe(): string {
     const k = this.knobs;
     const how =
-      k.path === "fused"
+      k.path === "resident"
+        ? "the whole FFN resident: one ffn task per layer, the next layer's front chained in it"
+        : k.path === "fused"
         ? "gate rows pinned: one front (attention, predictor, gates) and one back (up, down) task per layer"
         : k.path === "blocking"
           ? "every missing neuron read, then one ffn task per chunk"
@@ -301,6 +304,8 @@ export class PipelineDecoder implements Decoder {
     await Promise.race([done, new Promise((r) => setTimeout(r, 30_000).unref())]);
     this.traceSub?.unsubscribe();
     this.root.stop();
+    this.computeLink.close();
+    this.ioLink.close();
     this.parts.dispose();
     await Promise.all([this.computePool.destroy(), this.ioPool.destroy()]);
   }

@@ -427,6 +427,18 @@ export class NeuronCache {
     return true;
   }
 
+  /** Count `n` gate accesses of `layer`, all hits (the whole FFN resident: nothing was planned). */
+  countResidentGates(layer: number, n: number): void {
+    const st = this.stats[layer]!;
+    st.gateAccesses += n;
+    st.gateHits += n;
+  }
+
+  /** The slot holding neuron g (= layer·nFF + pack position), or -1. */
+  slotOfNeuron(g: number): number {
+    return this.slotOf[g]!;
+  }
+
   /** Neurons resident per layer right now (tests, stats). */
   residentNeurons(layer: number): number {
     let c = 0;

@@ -5,9 +5,10 @@
 //
 // Synchronous mode: a full batch (or flush()) is read and copied at once on the calling thread.
 // Deferred mode (the actor pipeline): a full batch becomes a ReadBatch handed to the I/O loader
-// actor (take()); slotBatch[s] names the last batch that writes slot s, so a computation knows
-// which reads it must wait for.
+// actor (take()); slotBatch[s] names the last batch that writes slot s, in shared memory
+// (slot-flags.ts), so a computation on a worker waits for exactly the reads its slots need.
 import { native } from "../../native.js";
+import { createSlotFlags } from "./slot-flags.js";
 
 /** What a batch loads (the I/O loader's priority: up+down first, then gates and bundles, then prefetch). */
 export type ReadPhase = "gate" | "updown" | "prefetch" | "bundle";
@@ -41,6 +42,8 @@ export interface ReadBatcherOptions {
 }
 
 export class ReadBatcher {
+  /** Shared slot flags (slot-flags.ts): `want` is slotBatch's memory; the I/O worker sets `ready`. */
+  readonly flags: { want: SharedArrayBuffer; ready: SharedArrayBuffer };
   /** (slots) the last batch writing each slot, 0 for none (deferred mode). */
   readonly slotBatch: Int32Array;
   private reqs: number[] = [];
@@ -56,7 +59,8 @@ export class ReadBatcher {
 
   constructor(private readonly o: ReadBatcherOptions) {
     this.limit = o.stagingBytes;
-    this.slotBatch = new Int32Array(o.slots);
+    this.flags = createSlotFlags(o.slots);
+    this.slotBatch = new Int32Array(this.flags.want);
   }
 
   /** Hand batches of at most `limit` bytes to take() instead of reading them. */
@@ -82,7 +86,7 @@ export class ReadBatcher {
     this.reqs.push(fileOff, len, this.o.staging, this.used);
     for (const [dst, src, n] of copies) {
       this.copies.push(dst, this.used + src, n);
-      if (this.deferred) this.slotBatch[Math.floor(dst / this.o.slotBytes)] = this.seq + 1; // the batch being filled
+      if (this.deferred) Atomics.store(this.slotBatch, Math.floor(dst / this.o.slotBytes), this.seq + 1); // the batch being filled
     }
     this.used += len;
   }

@@ -47,6 +47,8 @@ export class FfnSteps {
   private readonly gateV: Float32Array;
   private readonly gA: Float32Array;
   private readonly slotOf?: Int32Array;
+  /** (nLayer·nFF) the slot of each neuron, or -1 (the cache's table). */
+  readonly slotTable: Int32Array;
 
   constructor(
     readonly L: FfnLayout,
@@ -61,7 +63,8 @@ export class FfnSteps {
     this.aSlots = n.viewI32(b, off.aSlots, nFF);
     this.aPos = n.viewI32(b, off.aPos, nFF);
     this.gA = n.viewF32(b, off.gA, nFF);
-    if (L.pinned) this.slotOf = n.viewI32(L.slotOf.buf, L.slotOf.off, nLayer * nFF);
+    this.slotTable = n.viewI32(L.slotOf.buf, L.slotOf.off, nLayer * nFF);
+    if (L.pinned) this.slotOf = this.slotTable;
   }
 
   /** o = 0: the FFN's output accumulates from here. */
