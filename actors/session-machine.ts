@@ -62,6 +62,7 @@ export const sessionMachine = setup({
     },
     prefilling: {
       invoke: {
+        id: "prefill",
         src: "prefill",
         input: ({ event }) => ({ tokens: event.type === "START" ? event.tokens : [] }),
         onDone: "decoding",
@@ -74,6 +75,7 @@ export const sessionMachine = setup({
     },
     decoding: {
       invoke: {
+        id: "decodeStep",
         src: "decodeStep",
         input: ({ context }) => ({ step: context.generated }),
         onDone: [

@@ -52,6 +52,8 @@ export interface NativeAddon {
   getSimd(): SimdLevel;
   setThreads(n: number): void;
   getThreads(): number;
+  /** Kernels called from this JS thread use at most n threads (0: the pool's size); results are the same for any count. */
+  setCallerThreads(n: number): void;
   /** Compile-time options: which optional libraries the build found. */
   buildInfo(): { liburing: boolean; openblas: boolean; compiler: string };
   /**

@@ -160,7 +160,12 @@ function front(s: State, task: FrontTask): ComputeResult {
   s.prefixDone = 0;
   s.prefixCuts = [];
   afterAnswer = () => {
+    // one kernel thread: the other core is the scheduler's and the I/O worker's, which plan and
+    // issue this layer's reads right now (on the critical path)
+    const n = native();
+    n.setCallerThreads(1);
     s.prefixCuts = upDown(s, 0, prefix);
+    n.setCallerThreads(0);
     s.prefixDone = prefix;
   };
   const t1 = nowUs();

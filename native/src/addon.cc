@@ -118,6 +118,12 @@ Napi::Value SetThreads(const Napi::CallbackInfo& info) {
 
 Napi::Value GetThreads(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), np::poolGetThreads()); }
 
+Napi::Value SetCallerThreads(const Napi::CallbackInfo& info) {
+  Ctx c{info, "setCallerThreads", {}};
+  np::poolSetCallerCap((int)c.idx(0, "n", np::kMaxThreads));
+  return Undef(info);
+}
+
 Napi::Value PoolStats(const Napi::CallbackInfo& info) {
   uint64_t jobs, wc, cc;
   np::poolStats(&jobs, &wc, &cc);
@@ -583,6 +589,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   def("getSimd", GetSimd);
   def("setThreads", SetThreads);
   def("getThreads", GetThreads);
+  def("setCallerThreads", SetCallerThreads);
   def("buildInfo", BuildInfo);
   def("poolStats", PoolStats);
   def("setAffinity", SetAffinity);

@@ -167,6 +167,12 @@ void poolSetThreads(int n) {
   pool().setThreads(n);
 }
 int poolGetThreads() { return pool().nThreads; }
+
+namespace {
+thread_local int t_callerCap = 0;
+}
+void poolSetCallerCap(int n) { t_callerCap = n < 0 ? 0 : n; }
+int poolCallerCap() { return t_callerCap; }
 int poolDefaultThreads() { return defaultThreads(); }
 void poolRun(int64_t n, int maxT, const std::function<void(int64_t)>& fn) { pool().run(n, maxT, fn); }
 int poolThreadIndex() { return t_index; }

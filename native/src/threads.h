@@ -16,6 +16,12 @@ void poolSetThreads(int n);  // 1..kMaxThreads
 int poolGetThreads();
 int poolDefaultThreads();
 
+// A cap on the threads kernels called from the current thread use (0: none, the pool's size).
+// A worker sets 1 around work that should leave the other cores to the threads it overlaps
+// (the pipeline's scheduler and I/O while a layer's resident neurons are computed).
+void poolSetCallerCap(int n);
+int poolCallerCap();
+
 // Runs fn(chunk) for chunk in [0, nChunks) using up to `maxThreads` threads (<= pool
 // size); chunks are handed out dynamically. If another JS thread is already using the
 // pool, runs everything inline on the caller. Exceptions must not escape fn.

@@ -46,8 +46,22 @@ function mainHelp(): string {
   return lines.join("\n") + "\n";
 }
 
+/** Options whose value may be left out (`--inspect` alone means `--inspect ""`: the default port). */
+const OPTIONAL_VALUE = new Set(["--inspect"]);
+
+function withOptionalValues(args: string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    out.push(a);
+    if (OPTIONAL_VALUE.has(a) && (i + 1 >= args.length || args[i + 1]!.startsWith("-") || !/^\d+$/.test(args[i + 1]!))) out.push("");
+  }
+  return out;
+}
+
 export async function main(argv: string[]): Promise<number> {
-  const [name, ...rest] = argv;
+  const [name, ...given] = argv;
+  const rest = withOptionalValues(given);
   if (!name || name === "--help" || name === "-h" || name === "help") {
     process.stdout.write(mainHelp());
     return name ? 0 : 1;

@@ -62,6 +62,8 @@ export interface Inspector {
   readonly observer: Observer<InspectionEvent>;
   /** Also usable as a plain function (what XState docs pass as `inspect`). */
   readonly inspect: (ev: InspectionEvent) => void;
+  /** Resolves once a viewer (a page, a receiver) is connected, or after `timeoutMs` (false). */
+  waitForViewer(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -289,6 +291,7 @@ export async function startInspector(opts: InspectorOptions = {}): Promise<Inspe
     reply(res, 404, "text/plain", "not found\n");
   });
 
+  const viewerWaiters: ((connected: boolean) => void)[] = [];
   const wss = new WebSocketServer({ noServer: true, maxPayload: MAX_INCOMING, perMessageDeflate: false });
   server.on("upgrade", (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = (req.url ?? "/").split("?")[0];
@@ -298,6 +301,7 @@ export async function startInspector(opts: InspectorOptions = {}): Promise<Inspe
     }
     wss.handleUpgrade(req, socket, head, (ws) => {
       clients.add(ws);
+      for (const w of viewerWaiters.splice(0)) w(true);
       ws.on("close", () => clients.delete(ws));
       ws.on("error", () => clients.delete(ws));
       ws.on("message", (data, isBinary) => {
@@ -325,6 +329,7 @@ export async function startInspector(opts: InspectorOptions = {}): Promise<Inspe
   const close = (): Promise<void> =>
     (closing ??= (async () => {
       closed = true;
+      for (const w of viewerWaiters.splice(0)) w(false);
       if (timer) clearTimeout(timer);
       pending = [];
       coalesced.clear();
@@ -341,6 +346,16 @@ export async function startInspector(opts: InspectorOptions = {}): Promise<Inspe
     port,
     observer,
     inspect,
+    waitForViewer: (timeoutMs = Infinity) =>
+      clients.size > 0
+        ? Promise.resolve(true)
+        : new Promise<boolean>((resolve) => {
+            const t = Number.isFinite(timeoutMs) ? setTimeout(() => resolve(false), timeoutMs) : undefined;
+            viewerWaiters.push((ok) => {
+              if (t) clearTimeout(t);
+              resolve(ok);
+            });
+          }),
     close,
   };
 }

@@ -65,6 +65,10 @@ export interface ActorRecord {
   source?: string; // @xstate.event: the sending actor's name (absent: sent from outside the system)
   state?: unknown; // @xstate.snapshot: state value
   status?: string; // @xstate.snapshot: active | done | error | stopped
+  /** @xstate.snapshot: the context's scalar fields (numbers, strings, booleans): token, layer, queue depths, an error. */
+  context?: Record<string, number | string | boolean>;
+  /** @xstate.actor of a root created before the trace began (the pipeline decoder's): the input it was created with, for replay. */
+  input?: unknown;
 }
 
 /** First line of every trace file. */
@@ -80,12 +84,25 @@ export interface TraceHeader {
 
 export type TraceRecord = TraceHeader | SpanRecord | TokenRecord | ActorRecord;
 
-type Ref = { id: string; sessionId: string; systemId?: string; _parent?: Ref; logic?: { config?: { id?: string } } };
+type Ref = { id: string; sessionId: string; systemId?: string; options?: { systemId?: string }; _parent?: Ref; logic?: { config?: unknown } };
+
+/** Is this actor a state machine (not a callback or promise actor, whose logic's config is a function)? */
+export function isMachineRef(ref: unknown): boolean {
+  return typeof (ref as Ref | undefined)?.logic?.config === "object";
+}
+
+const names = new WeakMap<object, string>();
 
 /** An actor's name in the trace: its system id, else its parent's name and its id. */
 export function actorName(ref: Ref): string {
-  if (ref.systemId) return ref.systemId;
-  return ref._parent ? `${actorName(ref._parent)}/${ref.id}` : ref.id;
+  let n = names.get(ref);
+  if (n === undefined) {
+    // at its birth event an actor's system id is not registered yet: read the one it was given
+    const systemId = ref.systemId ?? ref.options?.systemId;
+    n = systemId ? systemId : ref._parent ? `${actorName(ref._parent)}/${ref.id}` : ref.id;
+    names.set(ref, n);
+  }
+  return n;
 }
 
 /** An event's payload as JSON: long arrays summarised, actor references by name, no functions. */
@@ -106,7 +123,7 @@ function plain(v: unknown, depth: number): unknown {
   if (ArrayBuffer.isView(v) || v instanceof ArrayBuffer || (typeof SharedArrayBuffer !== "undefined" && v instanceof SharedArrayBuffer)) {
     return { $array: v.constructor.name, length: (v as { length?: number }).length ?? (v as ArrayBuffer).byteLength };
   }
-  if (Array.isArray(v)) return v.length > 64 && v.every((x) => typeof x === "number") ? { $array: "Array", length: v.length } : v.map((x) => plain(x, depth + 1));
+  if (Array.isArray(v)) return v.length > 64 && typeof v[0] === "number" ? { $array: "Array", length: v.length } : v.map((x) => plain(x, depth + 1));
   if ("sessionId" in v && "send" in v) return { $actor: actorName(v as unknown as Ref) };
   if (v instanceof Error) return { name: v.name, message: v.message };
   if (v instanceof Set) return [...v].map((x) => plain(x, depth + 1));
@@ -115,28 +132,54 @@ function plain(v: unknown, depth: number): unknown {
   return o;
 }
 
+/** The scalar fields of a context (what the inspector page and replay compare). */
+export function scalars(ctx: Record<string, unknown> | undefined): Record<string, number | string | boolean> | undefined {
+  if (!ctx || typeof ctx !== "object") return undefined;
+  const out: Record<string, number | string | boolean> = {};
+  for (const [k, v] of Object.entries(ctx)) if (typeof v === "number" || typeof v === "string" || typeof v === "boolean") out[k] = v;
+  return out;
+}
+
+/** "a.b" of a state value (strings and nested objects). */
+export function stateText(v: unknown): string {
+  if (typeof v === "string") return v;
+  if (v && typeof v === "object") return Object.entries(v as Record<string, unknown>).map(([k, x]) => `${k}.${stateText(x)}`).join(",");
+  return String(v);
+}
+
 /**
  * An XState inspection observer that records actor births, every event with its payload, and
- * the snapshots of state machines (value and status), for the trace tools and replay. `root`
- * names the root actor in the records (default: its system id or id).
+ * the snapshots of state machines that change their state or status (with their scalar
+ * context), for the trace tools and replay. `root` names the root actor in the records
+ * (default: its system id or id).
  */
 export function recordInspection(trace: TraceRecorder, root?: string): (ev: InspectionEvent) => void {
   const name = (r: unknown) => {
     const ref = r as Ref;
     return root && !ref._parent ? root : actorName(ref);
   };
+  const last = new WeakMap<object, string>(); // an actor's last recorded state and status
   return (ev) => {
+    const at = nowUs();
     if (ev.type === "@xstate.actor") {
       const ref = ev.actorRef as unknown as Ref;
-      trace.actor({ type: ev.type, actor: name(ref), machine: ref.logic?.config?.id, parent: ref._parent ? name(ref._parent) : undefined });
+      // the name now: a system id is looked up from the options, which do not change
+      trace.actorLater(at, () => ({ type: ev.type, actor: name(ref), machine: isMachineRef(ref) ? (ref.logic!.config as { id?: string }).id : undefined, parent: ref._parent ? name(ref._parent) : undefined }));
     } else if (ev.type === "@xstate.event") {
       const e = ev.event as Record<string, unknown> & { type: string };
-      trace.actor({ type: ev.type, actor: name(ev.actorRef), event: e.type, payload: tracePayload(e), source: ev.sourceRef ? name(ev.sourceRef) : undefined });
+      const { actorRef, sourceRef } = ev;
+      trace.actorLater(at, () => ({ type: ev.type, actor: name(actorRef), event: e.type, payload: tracePayload(e), source: sourceRef ? name(sourceRef) : undefined }));
     } else if (ev.type === "@xstate.snapshot") {
       const ref = ev.actorRef as unknown as Ref;
-      if (!ref.logic?.config) return; // only state machines have states
-      const snap = ev.snapshot as { value?: unknown; status?: string };
-      trace.actor({ type: ev.type, actor: name(ref), state: snap.value, status: snap.status, event: (ev.event as { type?: string })?.type });
+      if (!isMachineRef(ref)) return; // only state machines have states
+      const snap = ev.snapshot as { value?: unknown; status?: string; context?: Record<string, unknown> };
+      const cause = (ev.event as { type?: string })?.type;
+      trace.actorLater(at, () => {
+        const key = `${stateText(snap.value)}|${snap.status}`;
+        if (last.get(ref) === key) return undefined; // the same state: a context update only
+        last.set(ref, key);
+        return { type: ev.type, actor: name(ref), state: snap.value, status: snap.status, event: cause, context: scalars(snap.context) };
+      });
     }
   };
 }
@@ -151,11 +194,13 @@ export function nowUs(): number {
  * lines. Spans arrive with absolute nowUs() times and are stored relative to the origin.
  */
 export class TraceRecorder {
-  readonly records: TraceRecord[] = [];
+  private readonly all: TraceRecord[] = [];
   readonly origin = nowUs();
   private fd?: number;
-  private pending: string[] = []; // lines not yet written: one write per ~256 KiB, not per record
-  private pendingChars = 0;
+  private unwritten: TraceRecord[] = []; // written ~4096 records at a time, not one write per record
+  // actor records are taken as thunks while a token runs (a snapshot of the facts, cheap) and made
+  // into records between tokens (payloads walked, names looked up), off the token's critical path
+  private later: { t: number; make: () => Omit<ActorRecord, "kind" | "t"> | undefined }[] = [];
 
   constructor(
     header: Omit<TraceHeader, "kind" | "version" | "startedAt">,
@@ -165,34 +210,56 @@ export class TraceRecorder {
     this.push({ kind: "header", version: 2, startedAt: new Date().toISOString(), ...header });
   }
 
+  /** Every record so far, in order (actor records taken during a token are made first). */
+  get records(): TraceRecord[] {
+    this.settle();
+    return this.all;
+  }
+
   /** A span whose t0/t1 are absolute nowUs() values. */
   span(s: Omit<SpanRecord, "kind">): void {
     this.push({ kind: "span", ...s, t0: s.t0 - this.origin, t1: s.t1 - this.origin });
   }
 
+  /** A token's interval: the actor records taken during it are made now, then the token's. */
   token(t: Omit<TokenRecord, "kind">): void {
+    this.settle();
     this.push({ kind: "token", ...t, t0: t.t0 - this.origin, t1: t.t1 - this.origin });
+    if (this.unwritten.length >= 4096) this.flush();
   }
 
   actor(a: Omit<ActorRecord, "kind" | "t">, at = nowUs()): void {
+    this.settle();
     this.push({ kind: "actor", t: at - this.origin, ...a });
   }
 
-  private push(r: TraceRecord): void {
-    this.records.push(r);
-    if (this.fd === undefined) return;
-    const line = JSON.stringify(r);
-    this.pending.push(line);
-    this.pendingChars += line.length + 1;
-    if (this.pendingChars >= 1 << 18) this.flush();
+  /** An actor record at time `at`, made later by `make` (undefined: none). */
+  actorLater(at: number, make: () => Omit<ActorRecord, "kind" | "t"> | undefined): void {
+    this.later.push({ t: at, make });
   }
 
-  /** Write the buffered lines (close does; a reader of a live trace may call it). */
+  /** Make the pending actor records. */
+  settle(): void {
+    if (this.later.length === 0) return;
+    const l = this.later;
+    this.later = [];
+    for (const { t, make } of l) {
+      const a = make();
+      if (a) this.push({ kind: "actor", t: t - this.origin, ...a });
+    }
+  }
+
+  private push(r: TraceRecord): void {
+    this.all.push(r);
+    if (this.fd !== undefined) this.unwritten.push(r);
+  }
+
+  /** Write the buffered records (close does; a reader of a live trace may call it). */
   flush(): void {
-    if (this.fd === undefined || this.pending.length === 0) return;
-    writeSync(this.fd, this.pending.join("\n") + "\n");
-    this.pending = [];
-    this.pendingChars = 0;
+    this.settle();
+    if (this.fd === undefined || this.unwritten.length === 0) return;
+    writeSync(this.fd, this.unwritten.map((r) => JSON.stringify(r)).join("\n") + "\n");
+    this.unwritten = [];
   }
 
   close(): void {

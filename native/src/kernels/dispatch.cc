@@ -185,8 +185,10 @@ thread_local Scratch t_act;   // prepared activations (calling thread)
 thread_local Scratch t_tmp;   // per-thread temporaries (attention scores etc.)
 
 inline int threadsFor(double work, double perThread) {
-  // Use more threads only when each gets at least `perThread` units of work.
-  const int T = poolGetThreads();
+  // Use more threads only when each gets at least `perThread` units of work, and no more than
+  // the calling thread's cap (poolSetCallerCap).
+  const int cap = poolCallerCap();
+  const int T = cap > 0 ? std::min(cap, poolGetThreads()) : poolGetThreads();
   if (T <= 1) return 1;
   const int n = (int)std::min<double>(T, std::max(1.0, work / perThread));
   return n;

@@ -1,4 +1,7 @@
 // neuronpipe generate: text from a prompt, streamed (any model file; a neuron pack with its decoder and budget).
+import { defaultSampling } from "../../api/sampling.js";
+import { DEFAULT_MAX_TOKENS } from "../../api/session.js";
+import { startInspector } from "../../inspect/server.js";
 import { native } from "../../native.js";
 import { formatBytes } from "../../util/bytes.js";
 import { num, type Command } from "../command.js";
@@ -20,6 +23,7 @@ export const generate: Command = {
     threads: { type: "string" },
     ctx: { type: "string" },
     ...modelFlags,
+    inspect: { type: "string" },
     json: { type: "boolean" },
     help: { type: "boolean", short: "h" },
   },
@@ -27,8 +31,8 @@ export const generate: Command = {
     model: "GGUF model file or neuron pack (default: the embedded default model, models/neuronpipe-default.gguf)",
     ...modelFlagsHelp,
     prompt: "text to continue (default: \"The sea\")",
-    "max-tokens": "tokens to generate (default 64)",
-    temperature: "sampling temperature; 0 = greedy (default 0.8, as llama.cpp)",
+    "max-tokens": `tokens to generate (default ${DEFAULT_MAX_TOKENS})`,
+    temperature: `sampling temperature; 0 = greedy (default ${defaultSampling.temperature}, as llama.cpp)`,
     "top-k": "keep the k most likely tokens (default 40; 0 = off)",
     "top-p": "nucleus sampling mass (default 0.95; 1 = off)",
     "min-p": "drop tokens below min-p × p(best) (default 0.05)",
@@ -36,6 +40,8 @@ export const generate: Command = {
     seed: "random seed: same seed, same output (default 0)",
     threads: "compute threads (default: all CPUs; output is identical for any count)",
     ctx: "context size in tokens (default min(model's, 2048))",
+    inspect:
+      "serve the live inspector page on 127.0.0.1:PORT (default 4000): every actor, its state, the token and layer, queue depths, the last events; generation starts once a page is open, and the page stays served until Ctrl-C",
     json: "print one JSON object (token ids, text, timings) instead of streaming text",
   },
   async run(v) {
@@ -44,25 +50,31 @@ export const generate: Command = {
     const contextSize = num(v.ctx, "ctx", { int: true, min: 1 });
     const prompt = (v.prompt as string | undefined) ?? "The sea";
     const sampling = {
-      maxTokens: num(v["max-tokens"], "max-tokens", { int: true, min: 0 }) ?? 64,
-      temperature: num(v.temperature, "temperature", { min: 0 }) ?? 0.8,
+      maxTokens: num(v["max-tokens"], "max-tokens", { int: true, min: 0 }) ?? DEFAULT_MAX_TOKENS,
+      temperature: num(v.temperature, "temperature", { min: 0 }) ?? defaultSampling.temperature,
       topK: num(v["top-k"], "top-k", { int: true, min: 0 }),
       topP: num(v["top-p"], "top-p"),
       minP: num(v["min-p"], "min-p"),
       repeatPenalty: num(v["repeat-penalty"], "repeat-penalty"),
-      seed: num(v.seed, "seed", { int: true }) ?? 0,
+      seed: num(v.seed, "seed", { int: true }) ?? defaultSampling.seed,
     };
+    const inspectPort = v.inspect === undefined ? undefined : num(v.inspect === "" ? "4000" : v.inspect, "inspect", { int: true, min: 0 });
     const path = (v.model as string | undefined) ?? (await defaultModelPath());
     const model = await openFromFlags(path, v, { threads, contextSize });
     try {
       if (model.sparse && !v.json) process.stderr.write(model.sparse.describe() + "\n");
       const session = model.createSession({ contextSize });
+      const inspector = inspectPort === undefined ? undefined : await startInspector({ port: inspectPort, title: `neuronpipe generate — ${path}` });
+      if (inspector) {
+        process.stderr.write(`inspector: ${inspector.url} — open it in a browser; generation starts when a page connects\n`);
+        await inspector.waitForViewer();
+      }
       const ac = new AbortController();
       const onSigint = () => ac.abort(new Error("interrupted"));
       process.once("SIGINT", onSigint);
       const ids: number[] = [];
       let text = "";
-      const it = session.generate(prompt, { ...sampling, signal: ac.signal, trace: v.trace as string | undefined });
+      const it = session.generate(prompt, { ...sampling, signal: ac.signal, trace: v.trace as string | undefined, inspect: inspector?.inspect });
       let r = await it.next();
       if (!v.json) process.stdout.write(prompt);
       while (!r.done) {
@@ -95,6 +107,11 @@ export const generate: Command = {
         if (model.sparse) process.stderr.write(sparseSummary(model.sparse, !!v["sparse-stats"]));
       }
       session.dispose();
+      if (inspector) {
+        process.stderr.write("generation done; the inspector keeps serving — Ctrl-C to stop\n");
+        await new Promise<void>((res) => process.once("SIGINT", () => res()));
+        await inspector.close();
+      }
       if (v.trace && !v.json) process.stderr.write(`trace written to ${v.trace as string} (neuronpipe trace plot ${v.trace as string})\n`);
     } finally {
       await model[Symbol.asyncDispose]();

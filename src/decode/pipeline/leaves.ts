@@ -140,27 +140,27 @@ export function ioWorkerActions(o: IoWorkerOptions) {
   const what = `I/O loader (${o.device})`;
   const ready = new Int32Array(o.ready);
   let channel: Promise<WorkerChannel<IoTask, IoResult>>;
+  let open_: WorkerChannel<IoTask, IoResult> | undefined; // the channel once open: reads are posted at once, not a microtask later
   const open = () => {
+    open_ = undefined;
     channel = openChannel<IoTask, IoResult>(o.pool, what, (port): IoInit => ({ op: "init", cores: o.cores, port, ready: o.ready }));
-    channel.catch(() => {}); // a read on it reports the cause
+    channel.then((ch) => (open_ = ch)).catch(() => {}); // a read on it reports the cause
   };
   open();
   type Self = { self: { send(ev: IoChannelEvent): void } };
   type Ctx = { context: IoLoaderContext };
   const read = (self: Self["self"], batch: ReadBatch, chunk: number) => {
+    // the batch is handed out once: its offsets are moved into its staging chunk in place
     const base = chunk * o.chunkBytes;
-    const reqs = Float64Array.from(batch.reqs);
+    const { reqs, copies } = batch;
     for (let i = 0; i < reqs.length; i += 4) {
       reqs[i + 2] = o.staging;
       reqs[i + 3]! += base;
     }
-    const copies = Float64Array.from(batch.copies);
     for (let i = 1; i < copies.length; i += 3) copies[i]! += base;
     const task: IoTask = { op: "read", loader: o.loader, reqs, arena: o.arena, staging: o.staging, copies, batch: batch.id, slotBytes: o.slotBytes };
     const token = o.token();
-    channel
-      .then((ch) => ch.request(task))
-      .then(
+    (open_ && !open_.closed ? open_.request(task) : channel.then((ch) => ch.request(task))).then(
         (r) => {
           o.trace()?.span({ lane: "io", name: "read", t0: r.t0, t1: r.t1, token, layer: batch.layer, bytes: batch.bytes, reads: batch.reads, phase: batch.phase });
           self.send({ type: "channel.read", batch: batch.id, chunk, bytes: batch.bytes });

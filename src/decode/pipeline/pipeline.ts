@@ -6,7 +6,7 @@
 // (window cache, every read before compute).
 import { availableParallelism } from "node:os";
 import { Piscina } from "piscina";
-import { createActor, toObserver, waitFor, type Actor, type InspectionEvent, type Observer, type Subscription } from "xstate";
+import { createActor, toObserver, waitFor, type Actor, type AnyActorRef, type InspectionEvent, type Observer, type Subscription } from "xstate";
 import { computeMachine } from "../../../actors/compute-machine.js";
 import { ioLoaderMachine } from "../../../actors/io-loader-machine.js";
 import { pipelineMachine, type PipelineInput, type PipelineRequest, type PipelineResult } from "../../../actors/pipeline-machine.js";
@@ -53,6 +53,17 @@ export interface PipelineKnobs {
   stagingChunks: number;
   stagingChunkBytes: number;
   threads: number;
+}
+
+/** @xstate.actor and @xstate.snapshot inspection events for `root` and every actor below it, as XState sends them at birth. */
+export function announceActors(root: AnyActorRef, emit: (ev: InspectionEvent) => void): void {
+  const visit = (ref: AnyActorRef) => {
+    emit({ type: "@xstate.actor", actorRef: ref, rootId: root.sessionId } as InspectionEvent);
+    emit({ type: "@xstate.snapshot", actorRef: ref, rootId: root.sessionId, snapshot: ref.getSnapshot(), event: { type: "xstate.init" } } as InspectionEvent);
+    const children = (ref.getSnapshot() as { children?: Record<string, AnyActorRef> }).children ?? {};
+    for (const c of Object.values(children)) if (c) visit(c);
+  };
+  visit(root);
 }
 
 function abortError(reason?: string): Error {
@@ -159,10 +170,13 @@ export class PipelineDecoder implements Decoder {
       stagingChunks: chunks,
       ioInFlight: k.ioInFlight,
     };
+    this.input = input;
     this.root = createActor(logic, { input, id: "pipeline", systemId: "pipeline" });
     this.root.start();
   }
 
+  /** What the root machine was created with (traces record it: replay creates the same root). */
+  readonly input: PipelineInput;
   private readonly computeLink: ReturnType<typeof computeWorkerActions>;
   private readonly ioLink: ReturnType<typeof ioWorkerActions>;
 
@@ -173,11 +187,18 @@ export class PipelineDecoder implements Decoder {
     this.traceSub?.unsubscribe();
     this.traceSub = undefined;
     this.traceRec = t;
-    if (t) this.traceSub = this.root.system.inspect(toObserver(recordInspection(t)));
+    if (!t) return;
+    // the root was born before the trace: record it (and its input) so the trace can be replayed
+    t.actor({ type: "@xstate.actor", actor: "pipeline", machine: "pipeline", input: this.input });
+    t.actor({ type: "@xstate.snapshot", actor: "pipeline", state: this.root.getSnapshot().value, status: this.root.getSnapshot().status });
+    this.traceSub = this.root.system.inspect(toObserver(recordInspection(t)));
   }
 
+  /** Observe the actor system; the actors alive before (the root and its children, born at load) are announced first. */
   inspect(observer: Observer<InspectionEvent> | ((ev: InspectionEvent) => void)): Subscription {
-    return this.root.system.inspect(toObserver(observer as Observer<InspectionEvent>));
+    const o = toObserver(observer as Observer<InspectionEvent>);
+    announceActors(this.root, (ev) => o.next?.(ev));
+    return this.root.system.inspect(o);
   }
 
   createContext(opts: ContextOptions): DecodeContext {

@@ -252,19 +252,24 @@ export class NeuronCache {
     if (this.pinned) {
       // every gate row is resident; a neuron without up+down may fire and need a cold slot in
       // this window, so the chunk ends where the cold region could not hold them all
+      // (locals: this loop runs for every predicted neuron of a layer, on the scheduler's critical path)
+      const { slotOf, lru, frameUse, C } = this;
+      const hotSlots = this.plan.hotSlots;
+      let used = this.coldUsed;
       for (; i < end; i++) {
         const g = base + positions[i]!;
-        const s = this.slotOf[g]!;
-        if (s < 0 || s >= this.plan.hotSlots) {
+        const s = slotOf[g]!;
+        if (s < 0 || s >= hotSlots) {
           // cold (resident or not): its slot must not be evicted before this window ends
-          if (this.coldUsed === coldCap) break;
-          this.coldUsed++;
-          if (s >= 0) this.lru.touch(s); // at the head: evictions in this window take other slots
-        } else this.frameUse[(s / this.C) | 0] = tick;
-        st.gateAccesses++;
-        st.gateHits++;
+          if (used === coldCap) break;
+          used++;
+          if (s >= 0) lru.touch(s); // at the head: evictions in this window take other slots
+        } else frameUse[(s / C) | 0] = tick;
         slotsOut[i - start] = g;
       }
+      this.coldUsed = used;
+      st.gateAccesses += i - start;
+      st.gateHits += i - start;
       return i;
     }
     for (; i < end; i++) {

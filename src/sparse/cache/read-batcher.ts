@@ -22,8 +22,8 @@ export type ReadPhase = "gate" | "updown" | "prefetch" | "bundle";
 export interface ReadBatch {
   id: number;
   layer: number;
-  reqs: number[];
-  copies: number[];
+  reqs: Float64Array;
+  copies: Float64Array;
   bytes: number;
   reads: number;
   phase: ReadPhase;
@@ -41,13 +41,22 @@ export interface ReadBatcherOptions {
   slots: number;
 }
 
+function grow(a: Float64Array<ArrayBuffer>): Float64Array<ArrayBuffer> {
+  const b = new Float64Array(a.length * 2);
+  b.set(a);
+  return b;
+}
+
 export class ReadBatcher {
   /** Shared slot flags (slot-flags.ts): `want` is slotBatch's memory; the I/O worker sets `ready`. */
   readonly flags: { want: SharedArrayBuffer; ready: SharedArrayBuffer };
   /** (slots) the last batch writing each slot, 0 for none (deferred mode). */
   readonly slotBatch: Int32Array;
-  private reqs: number[] = [];
-  private copies: number[] = [];
+  // the batch being filled: [fileOffset, length, staging, stagingOffset]… and [arenaOffset, stagingOffset, length]…
+  private reqs: Float64Array<ArrayBuffer> = new Float64Array(4 * 256);
+  private nReqs = 0; // numbers in reqs
+  private copies: Float64Array<ArrayBuffer> = new Float64Array(3 * 512);
+  private nCopies = 0;
   private used = 0;
   private limit: number;
   private deferred = false;
@@ -83,9 +92,18 @@ export class ReadBatcher {
   queue(fileOff: number, len: number, copies: readonly (readonly [number, number, number])[]): void {
     if (len > this.o.stagingBytes) throw new Error(`neuron cache: a read of ${len} bytes exceeds the staging buffer (${this.o.stagingBytes} bytes)`);
     if (this.used + len > this.limit) this.flush();
-    this.reqs.push(fileOff, len, this.o.staging, this.used);
+    if (this.nReqs + 4 > this.reqs.length) this.reqs = grow(this.reqs);
+    const r = this.reqs;
+    r[this.nReqs++] = fileOff;
+    r[this.nReqs++] = len;
+    r[this.nReqs++] = this.o.staging;
+    r[this.nReqs++] = this.used;
     for (const [dst, src, n] of copies) {
-      this.copies.push(dst, this.used + src, n);
+      if (this.nCopies + 3 > this.copies.length) this.copies = grow(this.copies);
+      const c = this.copies;
+      c[this.nCopies++] = dst;
+      c[this.nCopies++] = this.used + src;
+      c[this.nCopies++] = n;
       if (this.deferred) Atomics.store(this.slotBatch, Math.floor(dst / this.o.slotBytes), this.seq + 1); // the batch being filled
     }
     this.used += len;
@@ -98,16 +116,18 @@ export class ReadBatcher {
 
   /** Close the batch being filled: read it now (synchronous mode) or hand it out (deferred). */
   flush(): void {
-    if (this.reqs.length === 0) return;
+    if (this.nReqs === 0) return;
+    const reqs = this.reqs.slice(0, this.nReqs);
+    const copies = this.copies.slice(0, this.nCopies);
     if (this.deferred) {
-      this.batches.push({ id: ++this.seq, layer: this.layer, reqs: this.reqs, copies: this.copies, bytes: this.used, reads: this.reqs.length / 4, phase: this.phase });
+      this.batches.push({ id: ++this.seq, layer: this.layer, reqs, copies, bytes: this.used, reads: this.nReqs / 4, phase: this.phase });
     } else {
       const n = native();
-      n.readBatch(this.o.loader, Float64Array.from(this.reqs));
-      n.copyBatch(this.o.arena, this.o.staging, Float64Array.from(this.copies));
+      n.readBatch(this.o.loader, reqs);
+      n.copyBatch(this.o.arena, this.o.staging, copies);
     }
-    this.reqs = [];
-    this.copies = [];
+    this.nReqs = 0;
+    this.nCopies = 0;
     this.used = 0;
   }
 
