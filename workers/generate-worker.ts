@@ -2,23 +2,9 @@
 // pieces back over a MessagePort. Models stay loaded in the worker between tasks (keyed by
 // path), so only the first task on a worker pays for loading. Messages carry text and token
 // ids only; the weights and activations stay in this thread's native memory.
-import type { MessagePort } from "node:worker_threads";
 import { loadModel, type Model } from "../src/api/model.js";
-import type { GenerateOptions, GenerationStats } from "../src/api/session.js";
-
-export interface GenerateTask {
-  modelPath: string;
-  prompt: string;
-  threads?: number;
-  contextSize?: number;
-  options: Omit<GenerateOptions, "signal" | "inspect">;
-  /** Receives {type:"piece", text, token}; sends back {type:"abort"} to cancel. */
-  port: MessagePort;
-}
-
-export type WorkerMessage =
-  | { type: "piece"; text: string; token: number }
-  | { type: "done"; stats: GenerationStats };
+import type { GenerationStats } from "../src/api/session.js";
+import type { GenerateTask, WorkerMessage } from "../src/api/generation-pool.js";
 
 const models = new Map<string, Model>();
 

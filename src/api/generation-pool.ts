@@ -1,9 +1,24 @@
 // Generation on worker threads: the caller's event loop stays free while a model decodes.
-import { MessageChannel } from "node:worker_threads";
+import { MessageChannel, type MessagePort } from "node:worker_threads";
 import { Piscina } from "piscina";
-import type { GenerateTask, WorkerMessage } from "../../workers/generate-worker.js";
 import { workerFile } from "../util/package-files.js";
 import type { GeneratedPiece, GenerateOptions, GenerationStats } from "./session.js";
+
+/** What the pool hands its worker (workers/generate-worker.ts) for one generation. */
+export interface GenerateTask {
+  modelPath: string;
+  prompt: string;
+  threads?: number;
+  contextSize?: number;
+  options: Omit<GenerateOptions, "signal" | "inspect">;
+  /** Receives {type:"piece", text, token}; sends back {type:"abort"} to cancel. */
+  port: MessagePort;
+}
+
+/** What the worker sends back over the task's port. */
+export type WorkerMessage =
+  | { type: "piece"; text: string; token: number }
+  | { type: "done"; stats: GenerationStats };
 
 export interface WorkerPoolOptions {
   /** Worker threads (default 1: one model decoding at a time uses every core through the native pool). */
