@@ -6,6 +6,8 @@ const LAYERS = [
   ["formats", "^src/(gguf|tokenizer|trace|inspect)/"],
   ["model", "^src/model/"],
   ["sparse", "^src/sparse/"],
+  ["protocol", "^src/protocol/"],
+  ["links", "^src/links/"],
   ["actors", "^actors/"],
   ["decode", "^src/decode/"],
   ["api", "^src/api/"],

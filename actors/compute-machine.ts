@@ -11,42 +11,8 @@
 //   any ──channel.exited──▶ failed: every waiting request has failed with the cause, and so
 //   does every later one until compute.init brings a new thread
 import { assign, enqueueActions, setup, type AnyActorRef } from "xstate";
-import type { ComputeInit, ComputeOp, ComputeResult, ComputeTask } from "./protocol.js";
-
-/** Where a span of a task's answer goes in the trace (the channel records them). */
-export interface SpanHint {
-  lane: "compute" | "predictor" | "prefill";
-  token: number;
-  layer?: number;
-  cluster?: number;
-}
-
-/** What the compute actor is asked. `replyTo` is the asker's system id. */
-export type ComputeRequest =
-  | { type: "compute.run"; id: number; task: Exclude<ComputeTask, ComputeInit>; hint: SpanHint; replyTo: string }
-  | { type: "compute.init"; init: Omit<ComputeInit, "port">; replyTo: string };
-
-/** What the asker hears (compute.done/failed come from the channel, the rest from this actor). */
-export type ComputeReply =
-  | { type: "compute.done"; id: number; op: ComputeOp; result: ComputeResult }
-  | { type: "compute.failed"; id: number; op: ComputeOp; error: string }
-  | { type: "compute.ready"; key: string }
-  | { type: "compute.initFailed"; error: string };
-
-/** What the worker's channel tells this actor (sent by the injected actions). */
-export type ChannelEvent =
-  | { type: "channel.drained"; answered: number }
-  | { type: "channel.exited"; error: string }
-  | { type: "channel.ready"; key: string }
-  | { type: "channel.initFailed"; error: string };
-
-/** What the injected postToWorker is given; it answers compute.done / compute.failed to `replyTo`. */
-export interface PostParams {
-  id: number;
-  task: Exclude<ComputeTask, ComputeInit>;
-  hint: SpanHint;
-  replyTo: string;
-}
+import type { ChannelEvent, ComputeReply, ComputeRequest, PostParams } from "../src/protocol/events.js";
+import type { ComputeInit, ComputeOp } from "../src/protocol/tasks.js";
 
 export interface ComputeContext {
   role: "big" | "little";

@@ -11,25 +11,11 @@
 //
 //   idle ──io.submit──▶ reading ──the last batch lands──▶ idle
 //   reading ──channel.failed──▶ failed ──io.recover──▶ idle
-import { assign, enqueueActions, setup, type AnyActorRef } from "xstate";
+import { assign, setup } from "xstate";
+import type { IoChannelEvent, IoReply, IoRequest } from "../src/protocol/events.js";
 import type { ReadBatch, ReadPhase } from "../src/sparse/cache/read-batcher.js";
 
 const PRIORITY: Record<ReadPhase, number> = { updown: 0, bundle: 1, gate: 1, prefetch: 2 };
-
-/** What the I/O loader is asked. */
-export type IoRequest =
-  | { type: "io.submit"; batches: ReadBatch[] }
-  /** Answer io.drained to `replyTo` (a system id) once nothing is queued or in flight. */
-  | { type: "io.drain"; replyTo: string }
-  /** After a failure has been handled (the cache forgot the failed batches): accept work again. */
-  | { type: "io.recover" };
-
-export type IoReply = { type: "io.drained"; error?: string; failed: number[] };
-
-/** What the worker's channel tells it (sent to this actor by the injected actions). */
-export type IoChannelEvent =
-  | { type: "channel.read"; batch: number; chunk: number; bytes: number }
-  | { type: "channel.failed"; batch: number; chunk: number; error: string };
 
 export interface IoLoaderContext {
   device: string;
@@ -47,10 +33,18 @@ export interface IoLoaderContext {
   /** Bytes and batches read since start. */
   bytes: number;
   batches: number;
+  /** Waiters the last transition answers (answerDrained). */
+  draining: string[];
   /** Batches the last transition handed to the worker (with their staging chunk), or failed: what the injected actions act on. */
   starting: { batch: ReadBatch; chunk: number }[];
   failing: ReadBatch[];
 }
+
+// The injected actions, with what the transition hands them (from the context it just assigned).
+type C = { context: IoLoaderContext };
+const READ = { type: "readBatches" as const, params: ({ context }: C) => ({ starting: context.starting }) };
+const FAIL = { type: "failBatches" as const, params: ({ context }: C) => ({ batches: context.failing }) };
+const DRAINED = { type: "answerDrained" as const, params: ({ context }: C) => ({ waiters: context.draining, reply: { type: "io.drained" as const, error: context.error, failed: context.failed } }) };
 
 export const ioLoaderMachine = setup({
   types: {
@@ -60,11 +54,13 @@ export const ioLoaderMachine = setup({
   },
   actions: {
     // Implementations injected by the decoder (default: nothing happens, as in replay).
-    /** Hand context.starting to the worker. */
-    readBatches: () => {},
-    /** Mark the slots of context.failing failed, so computations waiting on them stop. */
-    failBatches: () => {},
+    /** Hand these batches, each with its staging chunk, to the worker. */
+    readBatches: (_, _p: { starting: { batch: ReadBatch; chunk: number }[] }) => {},
+    /** Mark these batches' slots failed, so computations waiting on them stop. */
+    failBatches: (_, _p: { batches: ReadBatch[] }) => {},
     reopen: () => {},
+    /** Send io.drained to these waiters (system ids). */
+    answerDrained: (_, _p: { waiters: string[]; reply: IoReply }) => {},
     /** Queue the submitted batches and start as many as chunks and the in-flight limit allow. */
     dispatch: assign(({ context, event }) => {
       const queues = context.queues.map((q) => [...q]) as IoLoaderContext["queues"];
@@ -100,15 +96,8 @@ export const ioLoaderMachine = setup({
     refuse: assign(({ context, event }) => (event.type === "io.submit" ? { failing: event.batches, failed: [...context.failed, ...event.batches.map((b) => b.id)] } : {})),
     landedWhileFailed: assign(({ context, event }) => (event.type === "channel.read" ? { inFlight: context.inFlight - 1, freeChunks: [...context.freeChunks, event.chunk] } : {})),
     addWaiter: assign(({ context, event }) => (event.type === "io.drain" ? { drainWaiters: [...context.drainWaiters, event.replyTo] } : {})),
-    /** Answer drain requests once nothing is queued or in flight. */
-    answerDrains: enqueueActions(({ enqueue, context, system }) => {
-      if (context.inFlight > 0 || context.queued > 0 || context.drainWaiters.length === 0) return;
-      for (const w of context.drainWaiters) {
-        const target = system.get(w) as AnyActorRef | undefined;
-        if (target) enqueue.sendTo(target, { type: "io.drained", error: context.error, failed: context.failed } satisfies IoReply);
-      }
-      enqueue.assign({ drainWaiters: [] });
-    }),
+    /** Answer drain requests once nothing is queued or in flight: the waiters to answer go to `draining`, for answerDrained. */
+    answerDrains: assign(({ context }) => (context.inFlight > 0 || context.queued > 0 || context.drainWaiters.length === 0 ? { draining: [] } : { draining: context.drainWaiters, drainWaiters: [] })),
     recovered: assign({ error: undefined, failed: [] }),
   },
   guards: {
@@ -130,27 +119,28 @@ export const ioLoaderMachine = setup({
     batches: 0,
     starting: [],
     failing: [],
+    draining: [],
   }),
   initial: "idle",
   on: {
-    "io.drain": { actions: ["addWaiter", "answerDrains"] },
+    "io.drain": { actions: ["addWaiter", "answerDrains", DRAINED] },
   },
   states: {
     idle: {
-      on: { "io.submit": { target: "reading", actions: ["dispatch", "readBatches"] } },
+      on: { "io.submit": { target: "reading", actions: ["dispatch", READ] } },
     },
     reading: {
       on: {
-        "io.submit": { actions: ["dispatch", "readBatches"] },
-        "channel.read": [{ guard: "lastLanding", target: "idle", actions: ["dispatch", "answerDrains"] }, { actions: ["dispatch", "readBatches"] }],
-        "channel.failed": { target: "failed", actions: ["fail", "failBatches", "answerDrains"] },
+        "io.submit": { actions: ["dispatch", READ] },
+        "channel.read": [{ guard: "lastLanding", target: "idle", actions: ["dispatch", "answerDrains", DRAINED] }, { actions: ["dispatch", READ] }],
+        "channel.failed": { target: "failed", actions: ["fail", FAIL, "answerDrains", DRAINED] },
       },
     },
     failed: {
       on: {
-        "io.submit": { actions: ["refuse", "failBatches"] },
-        "channel.read": { actions: ["landedWhileFailed", "answerDrains"] },
-        "channel.failed": { actions: ["fail", "failBatches", "answerDrains"] },
+        "io.submit": { actions: ["refuse", FAIL] },
+        "channel.read": { actions: ["landedWhileFailed", "answerDrains", DRAINED] },
+        "channel.failed": { actions: ["fail", FAIL, "answerDrains", DRAINED] },
         "io.recover": { target: "idle", actions: ["recovered", "reopen"] },
       },
     },

@@ -16,13 +16,12 @@
 //
 // Every request carries a number; its outcome is `result` in the context (the decoder waits for it).
 import { assign, enqueueActions, fromCallback, setup, type AnyActorRef } from "xstate";
-import { computeMachine, type ComputeReply, type ComputeRequest } from "./compute-machine.js";
-import { ioLoaderMachine, type IoReply, type IoRequest } from "./io-loader-machine.js";
-import { prefillMachine, type PrefillReply, type PrefillRequest } from "./prefill-machine.js";
-import type { ComputeInit } from "./protocol.js";
-import { tokenMachine, type CacheRequest, type TokenInput, type TokenOutput, type TokenPath } from "./token-machine.js";
-
-export const PIPELINE_IDS = { self: "pipeline", compute: "compute:big", io: "io-loader", prefill: "prefill", cache: "neuron-cache", token: "token" } as const;
+import { PIPELINE_IDS, type CacheRequest, type ComputeReply, type ComputeRequest, type IoReply, type IoRequest, type PrefillReply, type PrefillRequest, type TokenPath } from "../src/protocol/events.js";
+import type { ComputeInit } from "../src/protocol/tasks.js";
+import { computeMachine } from "./compute-machine.js";
+import { ioLoaderMachine } from "./io-loader-machine.js";
+import { prefillMachine } from "./prefill-machine.js";
+import { tokenMachine, type TokenInput, type TokenOutput } from "./token-machine.js";
 
 export interface PipelineInput {
   mode: "pipeline" | "blocking";

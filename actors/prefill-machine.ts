@@ -4,11 +4,9 @@
 // answers whoever asked.
 //
 //   idle ──prefill.run──▶ busy ──compute.done──▶ idle      busy ──compute.failed──▶ idle (answered with the cause)
+import type { PrefillReply, PrefillRequest } from "../src/protocol/events.js";
 import { enqueueActions, setup, type AnyActorRef } from "xstate";
-import type { ComputeReply, ComputeRequest } from "./compute-machine.js";
-
-export type PrefillRequest = { type: "prefill.run"; tokens: number[]; pos0: number; step: number; replyTo: string };
-export type PrefillReply = { type: "prefill.done"; logits: number } | { type: "prefill.failed"; error: string };
+import type { ComputeReply, ComputeRequest } from "../src/protocol/events.js";
 
 export interface PrefillContext {
   /** System ids of the compute actor that runs the batches, and of this actor. */

@@ -23,12 +23,11 @@
 // nothing to plan, one ffn task per layer, the next layer's front chained in it). An `abort` stops at the next
 // boundary: clusters in flight finish, nothing new starts; the machine ends in done, cancelled
 // or failed.
+import type { CacheReply, CacheRequest, PlannedCluster, TokenPath } from "../src/protocol/events.js";
 import { assign, enqueueActions, setup, type AnyActorRef } from "xstate";
-import type { ComputeReply, ComputeRequest, SpanHint } from "./compute-machine.js";
-import type { IoReply, IoRequest } from "./io-loader-machine.js";
-import type { ComputeTask, FrontTask } from "./protocol.js";
-
-export type TokenPath = "fused" | "clusters" | "blocking" | "resident";
+import type { ComputeReply, ComputeRequest, SpanHint } from "../src/protocol/events.js";
+import type { IoReply, IoRequest } from "../src/protocol/events.js";
+import type { ComputeTask, FrontTask } from "../src/protocol/tasks.js";
 
 export interface TokenInput {
   step: number; // decode step (trace records)
@@ -48,28 +47,6 @@ export interface TokenInput {
   self: string;
 }
 
-/** A cluster of P the cache planned: its range, and whether every neuron of it is resident and landed. */
-export interface PlannedCluster {
-  start: number;
-  count: number;
-  resident: boolean;
-}
-
-/** What the token machine asks the cache actor. */
-export type CacheRequest =
-  | { type: "cache.plan"; layer: number; nP: number; nA: number; from: number; path: TokenPath; replyTo: string }
-  | { type: "cache.updown"; layer: number; cluster: number; start: number; nA: number; nSilent: number }
-  /** A whole-cluster ffn answered: what fired (with nP: the resident path, which planned nothing, counts the layer too). */
-  | { type: "cache.fired"; layer: number; start: number; nA: number; nSilent: number; nP?: number }
-  | { type: "cache.window" }
-  | { type: "cache.prefetch"; layer: number }
-  | { type: "cache.forget"; failed: number[] };
-
-/** What the cache actor answers. */
-export type CacheReply =
-  | { type: "cache.planned"; layer: number; clusters: PlannedCluster[]; next: number }
-  | { type: "cache.error"; error: string };
-
 export type TokenEvent = ComputeReply | CacheReply | IoReply | { type: "abort"; reason?: string };
 
 export interface TokenContext extends TokenInput {
@@ -82,9 +59,9 @@ export interface TokenContext extends TokenInput {
   /** Planning cursor in P: clusters up to here have been planned; `complete` once it reached nP. */
   next: number;
   complete: boolean;
-  /** The clusters planned in the current window, and their progress. */
+  /** The clusters planned in the current lease, and their progress. */
   clusters: PlannedCluster[];
-  /** Clusters of the window run whole (a resident prefix): the rest answer their gates in order after them. */
+  /** Clusters of the lease run whole (a resident prefix): the rest answer their gates in order after them. */
   gateBase: number;
   gatesAnswered: number;
   backsPosted: number;
@@ -155,8 +132,8 @@ class Poster {
 
 type Done = Extract<TokenEvent, { type: "compute.done" }>;
 
-/** After this back or ffn answer, has every cluster of the window answered? */
-const windowDoneAfter = (c: Ctx) => c.backsAnswered + 1 >= c.clusters.length && c.backsAnswered + 1 >= c.backsPosted;
+/** After this back or ffn answer, has every cluster of the lease answered? */
+const leaseDoneAfter = (c: Ctx) => c.backsAnswered + 1 >= c.clusters.length && c.backsAnswered + 1 >= c.backsPosted;
 
 /** The layer is done: the next one's counts (its front came chained with `front`, or is posted on entry). */
 function nextLayer(c: Ctx, front?: { nP?: number; nA?: number }): Partial<Ctx> {
@@ -179,7 +156,7 @@ export const tokenMachine = setup({
       if (!context.lookahead) p.task(frontTask(context, context.layer), { lane: "compute", layer: context.layer });
       enqueue.assign(p.counts());
     }),
-    /** After the front's answer: the layer's predicted (and, fused, fired) counts; the cache plans the first window. */
+    /** After the front's answer: the layer's predicted (and, fused, fired) counts; the cache plans the first lease. */
     fronted: enqueueActions(({ enqueue, context, event, system }) => {
       const r = (event as Done).result;
       const c = { ...context, nP: r.nP ?? 0, nA: r.nA ?? 0 };
@@ -193,11 +170,11 @@ export const tokenMachine = setup({
       p.task({ op: "ffn", key: "", layer: c.layer, start: 0, count: c.nP, lookup: true, next: chained(c) }, { lane: "compute", layer: c.layer, cluster: 0 });
       enqueue.assign({ ...p.counts(), complete: true, clusters: [{ start: 0, count: c.nP, resident: true }], next: c.nP, backsPosted: 1, backsAnswered: 0, gateBase: 1, gatesAnswered: 0 });
     }),
-    /** Plan the layer's next window (the front's counts came chained, or the last window was full). */
+    /** Plan the layer's next lease (the front's counts came chained, or the last lease was full). */
     plan: enqueueActions(({ enqueue, context, system }) => {
       new Poster(enqueue, context, system).ask({ type: "cache.plan", layer: context.layer, nP: context.nP, nA: context.nA, from: context.next, path: context.path, replyTo: context.self });
     }),
-    /** The cache planned a window of clusters: post their first tasks. */
+    /** The cache planned a lease of clusters: post their first tasks. */
     planned: enqueueActions(({ enqueue, context, event, system }) => {
       if (event.type !== "cache.planned") return;
       const p = new Poster(enqueue, context, system);
@@ -249,10 +226,10 @@ export const tokenMachine = setup({
       }
       enqueue.assign({ backsAnswered: context.backsAnswered + 1, outstanding: context.outstanding - 1 });
     }),
-    /** The window's last back answered and the layer is not fully planned (the cache was full): a new window. */
-    nextWindow: enqueueActions(({ enqueue, context, system }) => {
+    /** The lease's last back answered and the layer is not fully planned (the cache was full): a new lease. */
+    nextLease: enqueueActions(({ enqueue, context, system }) => {
       const p = new Poster(enqueue, context, system);
-      p.ask({ type: "cache.window" });
+      p.ask({ type: "cache.lease" });
       p.ask({ type: "cache.plan", layer: context.layer, nP: context.nP, nA: context.nA, from: context.next, path: context.path, replyTo: context.self });
     }),
     /** The layer's last answer: on to the next layer (its front chained in the answer, if any). */
@@ -273,9 +250,9 @@ export const tokenMachine = setup({
   guards: {
     aborted: ({ context }) => context.aborted,
     isGate: ({ event }) => (event as Done).op === "gate",
-    /** More answers of this window to come after this one. */
-    windowOpen: ({ context }) => !windowDoneAfter(context),
-    windowFull: ({ context }) => !context.complete,
+    /** More answers of this lease to come after this one. */
+    leaseOpen: ({ context }) => !leaseDoneAfter(context),
+    leaseFull: ({ context }) => !context.complete,
     lastLayer: ({ context }) => context.layer + 1 >= context.nLayer,
     chainedFront: ({ event }) => (event as Done).result?.front !== undefined,
     nothingOutstanding: ({ context }) => context.outstanding === 0,
@@ -323,7 +300,7 @@ export const tokenMachine = setup({
         ],
       },
     },
-    // the cache plans a window of the layer's clusters (and hands their reads to the I/O loader)
+    // the cache plans a lease of the layer's clusters (and hands their reads to the I/O loader)
     reads: {
       on: {
         "cache.planned": [
@@ -334,14 +311,14 @@ export const tokenMachine = setup({
         ],
       },
     },
-    // gates, up+down reads, backs of the window's clusters in flight
+    // gates, up+down reads, backs of the lease's clusters in flight
     ffn: {
       on: {
         "compute.done": [
           { guard: "isGate", actions: "gated" },
-          { guard: "windowOpen", actions: "backed" },
+          { guard: "leaseOpen", actions: "backed" },
           { guard: "aborted", target: "cancelling", actions: "backed" },
-          { guard: "windowFull", target: "reads", actions: ["backed", "nextWindow"] },
+          { guard: "leaseFull", target: "reads", actions: ["backed", "nextLease"] },
           { guard: "lastLayer", target: "logits", actions: "backed" },
           { guard: ({ context, event }) => context.path === "resident" && (event as Done).result.front !== undefined, actions: ["backed", "layerDone", "startLayer", "runResident"] },
           { guard: "chainedFront", target: "reads", actions: ["backed", "layerDone", "startLayer", "plan"] },

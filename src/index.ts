@@ -24,7 +24,7 @@ export { sessionMachine } from "../actors/session-machine.js";
 export { native } from "./native.js";
 export { GenerationPool, type WorkerPoolOptions } from "./api/generation-pool.js";
 // sparse decoding from a neuron pack under a memory budget
-export { SparseParts, type SparseLayerReport, type PredictorMode, type IoOptions } from "./decode/sparse-parts.js";
+export { SparseParts, type SparseLayerReport, type PredictorMode, type IoOptions } from "./sparse/parts.js";
 export { openPack } from "./sparse/pack/open.js";
 export { writePack } from "./sparse/pack/write.js";
 export { PackError, type Pack } from "./sparse/pack/format.js";

@@ -9,9 +9,9 @@ import { native, type NativeAddon } from "../src/native.js";
 import { addFfnOutput, attentionBlock, checkBatch, embedTokens, ffnInput, forward, outputLogits } from "../src/model/forward.js";
 import type { Weights } from "../src/model/weights.js";
 import { bundleRange, createBundleScratch, FfnSteps, type BundleScratch, type TokenRows } from "../src/sparse/ffn/steps.js";
-import type { ComputeInit, ComputeResult, ComputeTask, FrontTask } from "../actors/protocol.js";
+import type { ComputeInit, ComputeResult, ComputeTask, FrontTask } from "../src/protocol/tasks.js";
 import { nowUs } from "../src/trace/recorder.js";
-import { serveChannel } from "../src/decode/pipeline/worker-channel.js";
+import { serveChannel } from "../src/util/worker-channel.js";
 import { waitSlots } from "../src/sparse/cache/slot-flags.js";
 
 interface State {

@@ -3,9 +3,9 @@
 // into the neuron cache's slots. It blocks in the kernel, not on a core, while reads are in
 // flight; the compute worker keeps computing.
 import { native } from "../src/native.js";
-import type { IoInit, IoResult, IoTask } from "../actors/protocol.js";
+import type { IoInit, IoResult, IoTask } from "../src/protocol/tasks.js";
 import { nowUs } from "../src/trace/recorder.js";
-import { serveChannel } from "../src/decode/pipeline/worker-channel.js";
+import { serveChannel } from "../src/util/worker-channel.js";
 import { markSlots } from "../src/sparse/cache/slot-flags.js";
 
 let tid = 0;

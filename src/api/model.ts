@@ -5,7 +5,7 @@ import type { GGUFFile } from "../gguf/reader.js";
 import type { ModelConfig } from "../model/config.js";
 import type { Decoder } from "../decode/decoder.js";
 import { openModelFile, type OpenOptions } from "../decode/open.js";
-import type { SparseParts } from "../decode/sparse-parts.js";
+import type { SparseParts } from "../sparse/parts.js";
 import type { Tokenizer } from "../tokenizer/index.js";
 import { Session, type SessionOptions } from "./session.js";
 

@@ -4,7 +4,7 @@
 import { loadModel, type Model } from "../api/model.js";
 import { DECODER_KINDS } from "../decode/decoder.js";
 import type { OpenOptions } from "../decode/open.js";
-import type { SparseLayerReport, SparseParts } from "../decode/sparse-parts.js";
+import type { SparseLayerReport, SparseParts } from "../sparse/parts.js";
 import { formatBytes } from "../util/bytes.js";
 import { shippedFile } from "../util/package-files.js";
 import { num, UsageError, type Values } from "./command.js";

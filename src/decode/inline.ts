@@ -18,7 +18,7 @@ import { FfnSteps } from "../sparse/ffn/steps.js";
 import type { TraceRecorder } from "../trace/recorder.js";
 import { allocContext, freeContext } from "./context.js";
 import type { ContextOptions, DecodeContext, Decoder } from "./decoder.js";
-import type { SparseParts } from "./sparse-parts.js";
+import type { SparseParts } from "../sparse/parts.js";
 
 export class InlineDecoder implements Decoder {
   readonly kind = "inline";

@@ -15,7 +15,7 @@ import { DenseDecoder } from "./dense.js";
 import { InlineDecoder } from "./inline.js";
 import { MmapDecoder } from "./mmap.js";
 import { PipelineDecoder, type PipelineOptions } from "./pipeline/pipeline.js";
-import { openSparseParts, type IoOptions, type PredictorMode, type SparseParts } from "./sparse-parts.js";
+import { openSparseParts, type IoOptions, type PredictorMode, type SparseParts } from "../sparse/parts.js";
 
 export interface OpenOptions {
   /** Native compute threads (default: all online CPUs). Results are identical for any count. */

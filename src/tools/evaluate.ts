@@ -1,5 +1,5 @@
 // Held-out evaluation: perplexity over fixed windows, and the FFN activation sparsity the
-// engine itself observes (the fraction of neurons whose gated activation is exactly zero).
+// dense decoder itself observes (the fraction of neurons whose gated activation is exactly zero).
 import { native } from "../native.js";
 import type { Model } from "../api/model.js";
 
@@ -54,7 +54,7 @@ export interface SparsityResult {
   tokens: number;
 }
 
-/** FFN activation sparsity as the engine computes it, over `tokens` in windows of `window`. */
+/** FFN activation sparsity as the dense decoder computes it, over `tokens` in windows of `window`. */
 export function activationSparsity(model: Model, tokens: readonly number[], window: number): SparsityResult {
   const { nLayer, nFF } = model.config;
   const zeros = new Float64Array(nLayer);

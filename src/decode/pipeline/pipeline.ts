@@ -10,7 +10,7 @@ import { createActor, toObserver, waitFor, type Actor, type AnyActorRef, type In
 import { computeMachine } from "../../../actors/compute-machine.js";
 import { ioLoaderMachine } from "../../../actors/io-loader-machine.js";
 import { pipelineMachine, type PipelineInput, type PipelineRequest, type PipelineResult } from "../../../actors/pipeline-machine.js";
-import type { TokenPath } from "../../../actors/token-machine.js";
+import type { TokenPath } from "../../protocol/events.js";
 import type { ForwardOptions } from "../../model/forward.js";
 import { native } from "../../native.js";
 import { WindowCache } from "../../sparse/cache/window-cache.js";
@@ -19,8 +19,10 @@ import { recordInspection, nowUs, type TraceRecorder } from "../../trace/recorde
 import { workerFile } from "../../util/package-files.js";
 import { allocContext, freeContext } from "../context.js";
 import type { ContextOptions, DecodeContext, Decoder } from "../decoder.js";
-import type { SparseParts } from "../sparse-parts.js";
-import { cacheActor, computeWorkerActions, ioWorkerActions } from "./leaves.js";
+import type { SparseParts } from "../../sparse/parts.js";
+import { cacheActor } from "../../links/cache-actor.js";
+import { computeWorkerActions } from "../../links/compute-link.js";
+import { ioWorkerActions } from "../../links/io-link.js";
 
 export type PipelineMode = "pipeline" | "blocking";
 
@@ -151,11 +153,11 @@ export class PipelineDecoder implements Decoder {
       token: () => this.step - 1,
     });
     const { initWorker, postToWorker } = this.computeLink;
-    const { readBatches, failBatches, reopen } = this.ioLink;
+    const { readBatches, failBatches, reopen, answerDrained } = this.ioLink;
     const logic = pipelineMachine.provide({
       actors: {
         compute: computeMachine.provide({ actions: { initWorker, postToWorker } }),
-        io: ioLoaderMachine.provide({ actions: { readBatches, failBatches, reopen } }),
+        io: ioLoaderMachine.provide({ actions: { readBatches, failBatches, reopen, answerDrained } }),
         cache: cacheActor({ parts, window, steps: new FfnSteps(parts.ffn, pack.config.nLayer), clusterNeurons, prefetchClusters: k.prefetchClusters, trace, token: () => this.step - 1 }),
       },
     });

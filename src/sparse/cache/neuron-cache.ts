@@ -79,9 +79,9 @@ export class NeuronCache {
   private readonly admit: number;
   /** Reads into staging, then copies into slots; in deferred mode (the actor pipeline) batches for the I/O loader. */
   readonly reads: ReadBatcher;
-  // a window is the set of loads whose slots must stay put until their compute is done: one
+  // a lease is the set of loads whose slots must stay put until their compute is done: one
   // loadGates call in synchronous mode, a layer's clusters in flight in deferred mode
-  private windowTick = 0;
+  private leaseTick = 0;
   private framesUsed = 0;
   private coldUsed = 0;
   private hotOrder?: Int32Array[]; // per layer: hot clusters by profiled firings, most first
@@ -243,7 +243,7 @@ export class NeuronCache {
     const base = layer * this.nFF;
     const hotLimit = this.hotLimit[layer]!;
     const tick = ++this.tick;
-    if (!this.reads.isDeferred) this.beginWindow(tick);
+    if (!this.reads.isDeferred) this.beginLease(tick);
     this.reads.phase = "gate";
     this.reads.layer = layer;
     const coldCap = this.plan.coldSlots;
@@ -251,7 +251,7 @@ export class NeuronCache {
     let i = start;
     if (this.pinned) {
       // every gate row is resident; a neuron without up+down may fire and need a cold slot in
-      // this window, so the chunk ends where the cold region could not hold them all
+      // this lease, so the chunk ends where the cold region could not hold them all
       // (locals: this loop runs for every predicted neuron of a layer, on the scheduler's critical path)
       const { slotOf, lru, frameUse, C } = this;
       const hotSlots = this.plan.hotSlots;
@@ -260,10 +260,10 @@ export class NeuronCache {
         const g = base + positions[i]!;
         const s = slotOf[g]!;
         if (s < 0 || s >= hotSlots) {
-          // cold (resident or not): its slot must not be evicted before this window ends
+          // cold (resident or not): its slot must not be evicted before this lease ends
           if (used === coldCap) break;
           used++;
-          if (s >= 0) lru.touch(s); // at the head: evictions in this window take other slots
+          if (s >= 0) lru.touch(s); // at the head: evictions in this lease take other slots
         } else frameUse[(s / C) | 0] = tick;
         slotsOut[i - start] = g;
       }
@@ -282,7 +282,7 @@ export class NeuronCache {
       let f = p < hotLimit ? this.frameOf[cl]! : -1;
       const viaCluster = p < hotLimit && (f >= 0 || this.worthCluster(positions, i, end, (p / this.C) | 0));
       if (viaCluster) {
-        if (f < 0 || this.frameUse[f]! < this.windowTick) {
+        if (f < 0 || this.frameUse[f]! < this.leaseTick) {
           if (this.framesUsed === frameCap) break;
           this.framesUsed++;
           if (f < 0) f = this.loadCluster(layer, (p / this.C) | 0);
@@ -310,7 +310,7 @@ export class NeuronCache {
    * Make up+down resident for neurons (layer, positions[k]) whose gates fired, and write their
    * slots to slotsOut[k]. Without pinned gates they were made resident by the last loadGates
    * call, so they are still in their slots; with pinned gates a missing one takes a cold slot
-   * that loadGates reserved in this window.
+   * that loadGates reserved in this lease.
    */
   loadUpDown(layer: number, positions: Int32Array, count: number, slotsOut: Int32Array): void {
     const st = this.stats[layer]!;
@@ -357,8 +357,8 @@ export class NeuronCache {
 
   /**
    * Deferred mode (the actor pipeline): reads are not done by the cache but handed out as
-   * batches (takeBatches) of at most `batchLimit` bytes, and loads stay in one window until
-   * beginWindow, so the slots of every cluster in flight stay put.
+   * batches (takeBatches) of at most `batchLimit` bytes, and loads stay in one lease until
+   * beginLease, so the slots of every cluster in flight stay put.
    */
   setDeferred(batchLimit: number): void {
     const minRead = Math.max(this.C * this.pack.bundleBytes, this.pack.gateBlock, this.pack.upDownBlock);
@@ -366,12 +366,12 @@ export class NeuronCache {
       throw new RangeError(`neuron cache: batch limit ${batchLimit} must hold the largest read (${minRead} bytes) and fit the staging buffer (${this.stagingBytes} bytes)`);
     }
     this.reads.setDeferred(batchLimit);
-    this.beginWindow(++this.tick);
+    this.beginLease(++this.tick);
   }
 
-  /** Start a new window: loads from here on may evict what earlier windows used. */
-  beginWindow(tick = ++this.tick): void {
-    this.windowTick = tick;
+  /** Start a new lease: loads from here on may evict what earlier leases used. */
+  beginLease(tick = ++this.tick): void {
+    this.leaseTick = tick;
     this.framesUsed = 0;
     this.coldUsed = 0;
   }
@@ -523,7 +523,7 @@ export class NeuronCache {
         f = i;
         break;
       }
-      if (this.frameUse[i]! < best && this.frameUse[i]! < this.windowTick) {
+      if (this.frameUse[i]! < best && this.frameUse[i]! < this.leaseTick) {
         best = this.frameUse[i]!;
         f = i;
       }

@@ -7,7 +7,7 @@
 //   dense ReGLU FFN, so llama.cpp runs the file too. Its rope is NeoX-style, so the rows of
 //   attn_q/attn_k are permuted from the trainer's adjacent-pair order (2i, 2i+1) to the
 //   half-split order (i, i+d/2): q·k is unchanged because both get the same permutation.
-// - `llama` + `neuronpipe.ffn_activation`: our engine only (llama.cpp would read it as SwiGLU).
+// - `llama` + `neuronpipe.ffn_activation`: neuronpipe only (llama.cpp would read it as SwiGLU).
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFWriter } from "../../gguf/writer.js";

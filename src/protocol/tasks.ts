@@ -2,10 +2,10 @@
 // carry descriptors only — buffer ids, offsets, layer/cluster ranges, counts — never tensors:
 // weights, cache slots, activations and partial sums live in native memory every thread
 // addresses by buffer id (native/src/registry.h).
-import type { ModelConfig } from "../src/model/config.js";
-import type { KVCache, RunState } from "../src/model/forward.js";
-import type { Weights } from "../src/model/weights.js";
-import type { FfnLayout } from "../src/sparse/ffn/layout.js";
+import type { ModelConfig } from "../model/config.js";
+import type { KVCache, RunState } from "../model/forward.js";
+import type { Weights } from "../model/weights.js";
+import type { FfnLayout } from "../sparse/ffn/layout.js";
 
 /** Where the streamed dense prefill reads bundles from. */
 export interface PrefillLayout {

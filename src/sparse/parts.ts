@@ -11,12 +11,12 @@
 import { closeSync, openSync } from "node:fs";
 import { bindWeights, type Weights } from "../model/weights.js";
 import { native } from "../native.js";
-import { NeuronCache, type LayerCacheStats } from "../sparse/cache/neuron-cache.js";
-import { loadPredictorWeights } from "../sparse/ffn/predictor-weights.js";
-import { bundleLayoutOf, createFfnScratch, type FfnLayout } from "../sparse/ffn/layout.js";
-import { describePlan, fixedLayout, pageRound, planMemory, type MemoryPlan, type PlanOptions } from "../sparse/memory-plan.js";
-import type { Pack } from "../sparse/pack/format.js";
-import { readIntoNative } from "../sparse/read-native.js";
+import { NeuronCache, type LayerCacheStats } from "./cache/neuron-cache.js";
+import { loadPredictorWeights } from "./ffn/predictor-weights.js";
+import { bundleLayoutOf, createFfnScratch, type FfnLayout } from "./ffn/layout.js";
+import { describePlan, fixedLayout, pageRound, planMemory, type MemoryPlan, type PlanOptions } from "./memory-plan.js";
+import type { Pack } from "./pack/format.js";
+import { readIntoNative } from "./read-native.js";
 
 export type PredictorMode = "trained" | "oracle";
 
