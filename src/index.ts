@@ -14,6 +14,10 @@ export type { Decoder, DecoderKind, DecodeContext, ContextOptions } from "./deco
 export { DEFAULT_DECODER, type OpenOptions } from "./decode/open.js";
 export type { PipelineOptions, PipelineKnobs } from "./decode/pipeline/pipeline.js";
 export { TraceRecorder, type TraceRecord } from "./trace/recorder.js";
+// watching the actors: the live inspector page, and replay of a recorded trace
+export { startInspector, type Inspector, type InspectorOptions } from "./inspect/server.js";
+export { readTrace } from "./trace/read.js";
+export { replayTrace, type ReplayOptions, type ReplayResult } from "./trace-tools/replay.js";
 export type { ModelConfig, FfnActivation } from "./model/config.js";
 export { Sampler, defaultSampling, type SamplingOptions } from "./api/sampling.js";
 export { readGGUF, GGUFError, type GGUFFile, type TensorInfo } from "./gguf/reader.js";
