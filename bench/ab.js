@@ -31,6 +31,7 @@ const { values: v } = parseArgs({
     "7b-reps": { type: "string", default: "3" },
     threads: { type: "string", default: "2" },
     out: { type: "string" },
+    "skip-speed": { type: "boolean", default: false },
   },
 });
 if (!v.old) {
@@ -86,15 +87,41 @@ function abCase(name, args, { reps, tokens }) {
   return row;
 }
 
-/** Orchestration share and latency of a traced run of the new build (its trace tools). */
-async function orchestration(args, tokens) {
-  const trace = join(tmp, `t-${Date.now()}.jsonl`);
-  run("new", [...args, "--trace", trace], tokens);
-  const { readTrace } = await import(pathToFileURL(join(builds.new, "dist", "src", "trace", "read.js")).href);
-  const { traceStats } = await import(pathToFileURL(join(builds.new, "dist", "src", "trace-tools", "stats.js")).href);
-  const st = traceStats(readTrace(trace));
-  rmSync(trace);
-  return { orchestrationShare: st.orchestrationShare, ioHiddenShare: st.ioHiddenShare, latencyMs: st.latencyMs };
+/** A build's trace tools (they moved in the decoder reshape: src/trace*, formerly src/pipeline/trace-*). */
+async function traceTools(build) {
+  const dist = join(builds[build], "dist", "src");
+  const first = async (...paths) => {
+    for (const p of paths) {
+      try {
+        return await import(pathToFileURL(join(dist, ...p)).href);
+      } catch {}
+    }
+    throw new Error(`${build}: no trace tools under ${dist}`);
+  };
+  const { readTrace } = await first(["trace", "read.js"], ["pipeline", "trace-read.js"]);
+  const { traceStats } = await first(["trace-tools", "stats.js"], ["pipeline", "trace-stats.js"]);
+  return { readTrace, traceStats };
+}
+
+/** Orchestration share and latency of a traced run of each build (its own trace tools), in alternation. */
+async function orchestration(args, tokens, reps = 1) {
+  const out = { old: [], new: [] };
+  for (let i = 0; i < reps; i++) {
+    for (const b of ["old", "new"]) {
+      const trace = join(tmp, `t-${b}-${Date.now()}.jsonl`);
+      run(b, [...args, "--trace", trace], tokens);
+      const { readTrace, traceStats } = await traceTools(b);
+      const st = traceStats(readTrace(trace));
+      rmSync(trace);
+      out[b].push({ orchestrationShare: st.orchestrationShare, ioHiddenShare: st.ioHiddenShare, latencyMs: st.latencyMs });
+    }
+  }
+  const med = (b, f) => median(out[b].map(f));
+  return {
+    new: { orchestrationShare: med("new", (x) => x.orchestrationShare), ioHiddenShare: med("new", (x) => x.ioHiddenShare), p99OverMean: med("new", (x) => x.latencyMs.p99 / x.latencyMs.mean) },
+    old: { orchestrationShare: med("old", (x) => x.orchestrationShare), ioHiddenShare: med("old", (x) => x.ioHiddenShare), p99OverMean: med("old", (x) => x.latencyMs.p99 / x.latencyMs.mean) },
+    runs: out,
+  };
 }
 
 const rows = [];
@@ -102,20 +129,23 @@ try {
   cli("new", ["pack", "--model", defaultModel, "--out", defaultPack]);
   const reps = Number(v.reps);
   const tokens = Number(v.tokens);
-  rows.push(abCase("default model, dense (plain GGUF)", ["--model", defaultModel], { reps, tokens }));
-  for (const mode of ["pipeline", "blocking", "sync", "mmap"]) {
-    const mem = mode === "mmap" ? [] : ["--memory", "26MiB"];
-    rows.push(abCase(`default pack, --mode ${mode}${mem.length ? " at 26 MiB (half of the FFN)" : ""}`, ["--model", defaultPack, "--mode", mode, ...mem], { reps, tokens }));
+  if (!v["skip-speed"]) {
+    rows.push(abCase("default model, dense (plain GGUF)", ["--model", defaultModel], { reps, tokens }));
+    for (const mode of ["pipeline", "blocking", "sync", "mmap"]) {
+      const mem = mode === "mmap" ? [] : ["--memory", "26MiB"];
+      rows.push(abCase(`default pack, --mode ${mode}${mem.length ? " at 26 MiB (half of the FFN)" : ""}`, ["--model", defaultPack, "--mode", mode, ...mem], { reps, tokens }));
+    }
+    for (const mode of ["pipeline", "sync"]) rows.push(abCase(`default pack, --mode ${mode}, whole pack resident`, ["--model", defaultPack, "--mode", mode], { reps, tokens }));
   }
-  for (const mode of ["pipeline", "sync"]) rows.push(abCase(`default pack, --mode ${mode}, whole pack resident`, ["--model", defaultPack, "--mode", mode], { reps, tokens }));
-  const defaultOrch = await orchestration(["--model", defaultPack, "--mode", "pipeline", "--memory", "26MiB"], tokens);
-  log(`default pack pipeline at 26 MiB: orchestration ${(100 * defaultOrch.orchestrationShare).toFixed(1)}% of token time`);
+  const defaultOrch = await orchestration(["--model", defaultPack, "--mode", "pipeline", "--memory", "26MiB"], tokens, 3);
+  log(`default pack pipeline at 26 MiB: orchestration old ${(100 * defaultOrch.old.orchestrationShare).toFixed(1)}%, new ${(100 * defaultOrch.new.orchestrationShare).toFixed(1)}% of token time`);
   let orch7b;
   if (v["7b"]) {
     const args = ["--model", v["7b"], "--mode", "pipeline", "--memory", v["7b-budget"], "--ctx", "512"];
-    rows.push(abCase(`7B-shaped Q4_0 pack, --mode pipeline, --memory ${(Number(v["7b-budget"]) / 2 ** 30).toFixed(2)} GiB (half of the FFN's bytes)`, args, { reps: Number(v["7b-reps"]), tokens: Number(v["7b-tokens"]) }));
-    orch7b = await orchestration(args, Number(v["7b-tokens"]));
-    log(`7B pipeline: orchestration ${(100 * orch7b.orchestrationShare).toFixed(1)}% of token time, I/O hidden ${(100 * orch7b.ioHiddenShare).toFixed(1)}%, P99/mean ${(orch7b.latencyMs.p99 / orch7b.latencyMs.mean).toFixed(2)}`);
+    if (!v["skip-speed"]) rows.push(abCase(`7B-shaped Q4_0 pack, --mode pipeline, --memory ${(Number(v["7b-budget"]) / 2 ** 30).toFixed(2)} GiB (half of the FFN's bytes)`, args, { reps: Number(v["7b-reps"]), tokens: Number(v["7b-tokens"]) }));
+    orch7b = await orchestration(args, Number(v["7b-tokens"]), Number(v["7b-reps"]));
+    const f = (o) => `orchestration ${(100 * o.orchestrationShare).toFixed(1)}%, I/O hidden ${(100 * o.ioHiddenShare).toFixed(1)}%, P99/mean ${o.p99OverMean.toFixed(2)}`;
+    log(`7B pipeline (median of ${v["7b-reps"]} traced runs each): old ${f(orch7b.old)}; new ${f(orch7b.new)}`);
   }
   const record = {
     date: new Date().toISOString(),
