@@ -39,6 +39,8 @@ int64_t insert(BufferRef b) {
 }
 }  // namespace
 
+constexpr size_t kHugeFrom = size_t(4) << 20;
+
 int64_t registryAlloc(size_t nbytes) {
   constexpr size_t kAlign = 4096;
   // Round up to whole pages (and at least one) plus 64 bytes of slack so SIMD
@@ -51,6 +53,10 @@ int64_t registryAlloc(size_t nbytes) {
     // Large: anonymous mapping, zero pages committed lazily on first touch.
     void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
+    // Transparent huge pages where the kernel offers them (madvise mode): the sparse kernels
+    // walk rows scattered over the neuron cache, ~one row per 4 KiB page, so with small pages
+    // every row is a TLB miss.
+    if (len >= kHugeFrom) (void)madvise(p, len, MADV_HUGEPAGE);
     b->ptr = static_cast<uint8_t*>(p);
     b->kind = BufKind::Anon;
   } else {

@@ -63,6 +63,9 @@ inline float hsum256(__m256 v) {
 // `next` (R pointers): the rows of the following group, prefetched block by block at the
 // pace this group is consumed (hardware prefetchers lose track of many short row streams).
 #define NP_PREFETCH(p) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1)
+#ifndef NP_AHEAD
+#define NP_AHEAD 8
+#endif
 
 // Q4_0: pairs of blocks on 256 bits. [qs0|qs1] -> low nibbles [x0 0..15 | x1 0..15] and high
 // nibbles [x0 16..31 | x1 16..31]; the activation is pre-permuted to match (Act::qp), so
@@ -258,7 +261,7 @@ void dotRows(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, in
   for (; k + 4 <= k1; k += 4) {
     for (int r = 0; r < 4; r++) {
       rows[r] = rowAt(k + r);
-      next[r] = rowAt(k + 4 + r);
+      next[r] = rowAt(k + NP_AHEAD + r);
     }
     dotGroup<4>(type, rows, next, cols, x, y + (k - k0));
   }
@@ -488,9 +491,64 @@ inline void axpyGroup(const uint8_t* const* r, const float* coef, const uint8_t*
   }
 }
 
+// Q4_0, block by block: each 32-column block of G rows is loaded once (16 bytes and its scale),
+// both halves dequantised exactly ((q - 8)·d fits a float) and taken into two accumulators that
+// stay in registers across the G rows; the same fma(coef_k, w_kc, ·) chain in k order as w16.
+template <int G>
+inline void axpyGroupQ4(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext, size_t lo,
+                        size_t hi, int64_t b0, int64_t b1, float* out) {
+  __m512 a[G];
+  for (int j = 0; j < G; j++) a[j] = _mm512_set1_ps(coef[j]);
+  (void)lo;
+  (void)hi;
+  const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  for (int64_t b = b0; b < b1; b++) {
+    if (((b - b0) & 3) == 0) {  // the next rows, at the pace these are consumed (72 bytes per 4 blocks)
+      for (int j = 0; j < nNext; j++) {
+        const char* p = reinterpret_cast<const char*>(next[j] + b * sizeof(BlockQ4_0));
+        _mm_prefetch(p, _MM_HINT_T0);
+        _mm_prefetch(p + 64, _MM_HINT_T0);
+      }
+    }
+    __m512 accLo = _mm512_loadu_ps(out + b * QK), accHi = _mm512_loadu_ps(out + b * QK + 16);
+    #pragma GCC unroll 8
+    for (int j = 0; j < G; j++) {
+      const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(r[j]) + b;
+      const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)blk->d));
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+      const __m128i ql = _mm_sub_epi8(_mm_and_si128(q, m4), eight);
+      const __m128i qh = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight);
+      accLo = _mm512_fmadd_ps(a[j], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ql)), d), accLo);
+      accHi = _mm512_fmadd_ps(a[j], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(qh)), d), accHi);
+    }
+    _mm512_storeu_ps(out + b * QK, accLo);
+    _mm512_storeu_ps(out + b * QK + 16, accHi);
+  }
+}
+
 template <int TYPE>
 void axpyRowsT(const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t nIdx, const float* coef, int64_t c0,
                int64_t c1, float* out) {
+  if constexpr (TYPE == T_Q4_0) {
+    // c0 and c1 are block aligned for Q types (dispatch splits columns by blocks)
+    constexpr int G = 8;
+    const int64_t b0 = c0 / QK, b1 = (c1 + QK - 1) / QK;
+    const size_t lo = (size_t)b0 * sizeof(BlockQ4_0), hi = (size_t)b1 * sizeof(BlockQ4_0);
+    const uint8_t* rows[2 * G];
+    auto rowAt = [&](int64_t k) { return W + (size_t)idx[k] * rowBytes; };
+    int64_t k = 0;
+    for (; k + G <= nIdx; k += G) {
+      int nNext = 0;
+      for (int j = 0; j < G; j++) rows[j] = rowAt(k + j);
+      for (int64_t q = k + G; q < std::min(nIdx, k + 2 * G); q++) rows[G + nNext++] = rowAt(q);
+      axpyGroupQ4<G>(rows, coef + k, rows + G, nNext, lo, hi, b0, b1, out);
+    }
+    for (; k < nIdx; k++) {
+      rows[0] = rowAt(k);
+      axpyGroupQ4<1>(rows, coef + k, rows, 0, lo, hi, b0, b1, out);
+    }
+    return;
+  }
   constexpr int G = 4;
   // bytes of a row that hold columns [c0, c1)
   const size_t lo = TYPE == T_Q4_0 ? (size_t)(c0 / QK) * sizeof(BlockQ4_0)
