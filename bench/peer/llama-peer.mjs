@@ -1,6 +1,17 @@
 // The peer: llama.cpp through node-llama-cpp, our independent reference for tokenisation,
-// logits and speed. CPU only, offline (prebuilt binaries from @node-llama-cpp/linux-x64),
-// thread count explicit. Installed separately from the main tree: `bash bench/install.sh`.
+// logits and speed. CPU only, offline, thread count explicit. Installed separately from the
+// main tree: `bash bench/install.sh`.
+//
+// Two builds of the same llama.cpp release (PEERS below), chosen per call with `peer`:
+// - "prebuilt": the CPU binary of @node-llama-cpp/linux-x64. It repacks Q4_0 weights at load
+//   into anonymous memory (REPACK in its system info): the fastest in memory, but under a
+//   memory cgroup smaller than the model those copies cannot be evicted and it never produces
+//   a token. The reference for parity and for in-memory speed.
+// - "norepack": built by bench/install.sh from the llama.cpp source that node-llama-cpp ships
+//   (a git bundle; offline) with GGML_CPU_REPACK=OFF and GGML_NATIVE=ON. Its weights stay in
+//   the page cache (mmap), as llama.cpp's own `--no-repack`: the peer to run under a memory
+//   limit. node-llama-cpp finds that build only with the same CMake options and
+//   `usePrebuiltBinaries: false`.
 //
 // Logits: node-llama-cpp 3 exposes raw next-token logits through
 // LlamaContextSequence.controlledEvaluate([[token, { generateNext: { logits: true } }], ...]).
@@ -53,16 +64,58 @@ export async function importNodeLlamaCpp() {
   return nlcPromise;
 }
 
-let llamaPromise;
-async function getPeerLlama() {
+/**
+ * The builds of llama.cpp the bench can load. `cmakeOptions` are what install.sh builds with
+ * (passed to `node-llama-cpp source download` as NODE_LLAMA_CPP_CMAKE_OPTION_<NAME> variables)
+ * and what getLlama needs to find that build again: node-llama-cpp names a local build's folder
+ * by a hash of its CMake options.
+ */
+export const PEERS = Object.freeze({
+  prebuilt: Object.freeze({ usePrebuiltBinaries: true, cmakeOptions: Object.freeze({}), buildType: "prebuilt", repack: true }),
+  norepack: Object.freeze({
+    usePrebuiltBinaries: false,
+    cmakeOptions: Object.freeze({ GGML_CPU_REPACK: "OFF", GGML_NATIVE: "ON" }),
+    buildType: "localBuild",
+    repack: false,
+  }),
+});
+export const DEFAULT_PEER = "prebuilt";
+
+const cmakeEnvPrefix = "NODE_LLAMA_CPP_CMAKE_OPTION_";
+
+/** Resolve a peer name ("prebuilt" | "norepack"; default: $NEURONPIPE_PEER or "prebuilt"). */
+export function peerKind(kind) {
+  const k = kind ?? process.env.NEURONPIPE_PEER ?? DEFAULT_PEER;
+  if (!Object.hasOwn(PEERS, k)) throw new RangeError(`unknown llama.cpp peer "${k}": use ${Object.keys(PEERS).join(" or ")}`);
+  return k;
+}
+
+/** The environment variables that make `node-llama-cpp source download` build this peer. */
+export function peerBuildEnv(kind) {
+  const env = {};
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith(cmakeEnvPrefix)) env[k] = v;
+  for (const [k, v] of Object.entries(PEERS[peerKind(kind)].cmakeOptions)) env[cmakeEnvPrefix + k] = v;
+  return env;
+}
+
+const llamaPromises = new Map();
+async function getPeerLlama(kind) {
+  kind = peerKind(kind);
+  let llamaPromise = llamaPromises.get(kind);
   if (!llamaPromise) {
     llamaPromise = (async () => {
       const nlc = await importNodeLlamaCpp();
-      return nlc.getLlama({
+      const spec = PEERS[kind];
+      // node-llama-cpp adds NODE_LLAMA_CPP_CMAKE_OPTION_* variables to the options (and so to
+      // the build folder's hash): stray ones would make it look for another build.
+      const stray = Object.keys(process.env).filter((k) => k.startsWith(cmakeEnvPrefix) && process.env[k] !== spec.cmakeOptions[k.slice(cmakeEnvPrefix.length)]);
+      if (stray.length > 0 && !spec.usePrebuiltBinaries) throw new Error(`llama.cpp peer "${kind}": unset ${stray.join(", ")} (they change which build node-llama-cpp looks for)`);
+      const llama = await nlc.getLlama({
         gpu: false,
         build: "never",
         skipDownload: true,
-        usePrebuiltBinaries: true,
+        usePrebuiltBinaries: spec.usePrebuiltBinaries,
+        cmakeOptions: { ...spec.cmakeOptions },
         progressLogs: false,
         // 0: a context's `threads` is the exact thread count used (no sharing heuristics)
         maxThreads: 0,
@@ -73,22 +126,31 @@ async function getPeerLlama() {
           }
         },
       });
+      // never fall back silently to the other build
+      if (llama.buildType !== spec.buildType) throw new Error(`llama.cpp peer "${kind}": node-llama-cpp loaded a ${llama.buildType} binary, expected ${spec.buildType}`);
+      return llama;
     })();
-    llamaPromise.catch(() => (llamaPromise = undefined));
+    llamaPromises.set(kind, llamaPromise);
+    llamaPromise.catch(() => llamaPromises.delete(kind));
   }
   return llamaPromise;
 }
 
-/** Version and build facts of the peer, for reports. */
-export async function peerInfo() {
+/** Version and build facts of a peer ("prebuilt" by default), for reports. */
+export async function peerInfo(kind) {
+  kind = peerKind(kind);
   const nlc = await importNodeLlamaCpp();
-  const llama = await getPeerLlama();
+  const llama = await getPeerLlama(kind);
+  const systemInfo = llama.systemInfo;
   return {
+    peer: kind,
     nodeLlamaCpp: (await nlc.getModuleVersion?.()) ?? "3.22.1",
     llamaCppRelease: llama.llamaCppRelease?.release,
     buildType: llama.buildType,
     gpu: llama.gpu,
-    systemInfo: llama.systemInfo,
+    cmakeOptions: { ...PEERS[kind].cmakeOptions },
+    repack: /\bREPACK = 1\b/.test(systemInfo),
+    systemInfo,
   };
 }
 
@@ -103,7 +165,8 @@ export async function openPeer(modelPath, options = {}) {
   const contextSize = options.contextSize ?? 512;
   const batchSize = options.batchSize ?? Math.min(512, contextSize);
   if (!(Number.isInteger(threads) && threads >= 1)) throw new RangeError(`openPeer: threads must be a whole number ≥ 1, got ${threads}`);
-  const llama = await getPeerLlama();
+  const kind = peerKind(options.peer);
+  const llama = await getPeerLlama(kind);
   const model = await llama.loadModel({
     modelPath,
     gpuLayers: 0,
@@ -142,6 +205,7 @@ export async function openPeer(modelPath, options = {}) {
   };
 
   const peer = {
+    peer: kind,
     modelPath,
     threads,
     contextSize,
