@@ -3,28 +3,57 @@
 // synthetic ReGLU model (Q4_0, planted sparsity ~10% active, predictable gates) with half of its
 // FFN offloaded to storage. neuronpipe's modes on the same pack — pipeline (the actor pipeline,
 // traced: latency percentiles, I/O hidden under compute, orchestration share, a timeline SVG in
-// docs/img/), blocking (LLMFlash), sync (issue 4) and mmap (llama.cpp-style, in a memory cgroup)
-// — against llama.cpp (node-llama-cpp) under a memory cgroup of the same size and in memory,
-// each in its own child process, one after the other.
+// docs/img/), blocking (LLMFlash), sync (issue 4), the whole FFN resident — its dense decode of
+// the plain GGUF, and llama.cpp (node-llama-cpp) in memory in both builds (the repacking prebuilt
+// and the source-built "norepack"); then, each in a memory cgroup of the budget + node's own
+// share, neuronpipe's mmap mode and llama.cpp norepack. Each engine in its own child process,
+// one after the other: a warm-up generation, then N measured ones (median, min–max), with the
+// child's CPU time and the other processes' load. Before each limited run the mapped file's
+// pages are evicted from the page cache, and afterwards the cgroup's peak usage must have reached
+// its limit (`limited: true`), else the run is flagged loudly.
 //
-//   node bench/sparse.js                 # build (once, cached in bench/.models) and run
+//   node bench/sparse.js --dir /work/models7b --lock /tmp/neuronpipe-cpu.lock
 //   options: --ffn F (0.5: share of FFN neurons the cache holds) --decode N (32) --threads N (2)
 //            --ctx N (512) --dir DIR --out FILE (bench/results/sparse-latest.json)
-//            --peer-limit-extra BYTES (268435456: the peer's cgroup = our budget + this, for
-//            node's own runtime, which our budget does not count either)
+//            --repeat N (3: measured generations per in-memory engine, after one warm-up)
+//            --warmup N (4: tokens of the warm-up generation)
+//            --limited-repeat N (2) --limited-decode N (16): the same for runs in a cgroup
+//            --peer-limit-extra BYTES (268435456: the cgroup = our budget + this, for node's
+//            own runtime, which our budget does not count either)
+//            --peer-timeout S (600: a limited run is stopped after S seconds and its speed taken
+//            from the tokens it produced by then)
+//            --prebuilt-limited (also run the repacking prebuilt in the cgroup: it is known to
+//            produce no token there, so it is off by default)
+//            --only ID,ID (run only these: pipeline blocking sync pipeline-cached-gates
+//            pipeline-resident dense llama-prebuilt llama-norepack mmap-limited
+//            llama-norepack-limited llama-prebuilt-limited; writes to --out only if given)
+//            --no-evict (skip the eviction: shows how cached pages escape the limit; flagged)
+//            --lock FILE (hold an flock on FILE during each child and its eviction, so other
+//            heavy jobs that take the same lock never overlap a measurement; $NEURONPIPE_CPU_LOCK)
 //            --prepare (build the model, profile, predictors and pack, then stop)
-//            --peer-timeout S (600: the peer under the limit is stopped after S seconds and its
-//            speed taken from the tokens it produced by then)
 //
 // Building the model once: synth (~2 min), profile 1024 tokens (dense, ~2 min), train the
-// predictors on 3000 tokens, 8 epochs, thresholds calibrated on held-out rows for recall 0.99
-// (~20 min), pack (~1 min). Progress goes to stderr.
+// predictors on 14,000 tokens (~20 min), pack (~1 min). Progress goes to stderr.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import {
+  acquireLock,
+  cgroupReport,
+  cpuTimes,
+  createCgroup,
+  evictFile,
+  memoryCgroupRoot,
+  otherLoad,
+  ownCpuSeconds,
+  removeCgroup,
+  residentBytes,
+  sampleCgroup,
+  spread,
+} from "./lib/measure.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
@@ -40,13 +69,22 @@ const { values: v } = parseArgs({
     ctx: { type: "string", default: "512" },
     dir: { type: "string" },
     out: { type: "string" },
+    repeat: { type: "string", default: "3" },
+    warmup: { type: "string", default: "4" },
+    "limited-repeat": { type: "string", default: "2" },
+    "limited-decode": { type: "string", default: "16" },
     "peer-limit-extra": { type: "string", default: String(256 * 2 ** 20) },
     "peer-timeout": { type: "string", default: "600" },
+    "prebuilt-limited": { type: "boolean", default: false },
+    "no-evict": { type: "boolean", default: false },
+    only: { type: "string" },
+    lock: { type: "string" },
     child: { type: "string" },
     model: { type: "string" },
     budget: { type: "string" },
     result: { type: "string" },
     engine: { type: "string" },
+    peer: { type: "string" },
     "pin-gates": { type: "string" },
     svg: { type: "string" },
     prepare: { type: "boolean", default: false },
@@ -54,12 +92,14 @@ const { values: v } = parseArgs({
   },
 });
 if (v.help) {
-  process.stdout.write(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 16).join("\n") + "\n");
+  process.stdout.write(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 36).map((l) => l.replace(/^\/\/ ?/, "")).join("\n") + "\n");
   process.exit(0);
 }
 const threads = Number(v.threads);
 const decode = Number(v.decode);
 const ctx = Number(v.ctx);
+const reps = Number(v.repeat);
+const warmup = Number(v.warmup);
 
 function run(args, what) {
   log(`${what}: node ${args.join(" ")}`);
@@ -108,82 +148,103 @@ async function randomTokenTextAsync(model, n) {
   return tok.decode(ids);
 }
 
-/** The memory cgroup (v1) this process is in, or undefined. */
-function cgroupRoot() {
-  try {
-    const line = readFileSync("/proc/self/cgroup", "utf8").split("\n").find((l) => /^\d+:([^:]*,)?memory(,[^:]*)?:/.test(l));
-    if (!line) return undefined;
-    const p = join("/sys/fs/cgroup/memory", line.split(":")[2]);
-    return existsSync(join(p, "memory.limit_in_bytes")) ? p : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Run a child of this script (one engine); with `limit`, inside a fresh memory cgroup of that size. */
-function child(kind, args, limit, timeoutSeconds = 900) {
-  return new Promise((resolvePromise) => {
-    const resultFile = join(os.tmpdir(), `np-sparse-${process.pid}-${kind}-${Date.now()}.json`);
-    const nodeArgs = [fileURLToPath(import.meta.url), "--child", kind, "--result", resultFile, "--threads", String(threads), "--decode", String(decode), "--ctx", String(ctx), ...args];
-    let cg;
-    let cmd = process.execPath;
-    let argv = nodeArgs;
-    if (limit) {
-      const root = cgroupRoot();
-      if (!root) return resolvePromise({ engine: kind, error: "no writable memory cgroup (v1) here" });
-      cg = join(root, `np-bench-${process.pid}-${kind}`);
-      mkdirSync(cg);
-      writeFileSync(join(cg, "memory.limit_in_bytes"), String(limit));
-      // the shell joins the cgroup, then becomes node: everything the engine maps or caches is charged to it
-      cmd = "/bin/sh";
-      argv = ["-c", `echo $$ > ${join(cg, "cgroup.procs")} && exec "$0" "$@"`, process.execPath, ...nodeArgs];
-    }
-    const p = spawn(cmd, argv, { stdio: ["ignore", "inherit", "inherit"], detached: true });
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      log(`${kind}: no result after ${timeoutSeconds} s; stopping it`);
-      try {
-        process.kill(-p.pid, "SIGKILL");
-      } catch {}
-    }, timeoutSeconds * 1000);
-    p.on("exit", (code, signal) => {
-      clearTimeout(timer);
-      let res;
-      if (existsSync(resultFile)) res = JSON.parse(readFileSync(resultFile, "utf8"));
-      else if (timedOut && existsSync(`${resultFile}.partial`)) {
-        // tokens that did come out before the time limit: an upper bound of the speed
-        const part = JSON.parse(readFileSync(`${resultFile}.partial`, "utf8"));
-        const n = part.times.length;
-        res = {
-          engine: kind,
-          partial: true,
-          error: `stopped after ${timeoutSeconds} s with ${n} tokens out`,
-          decodeTokensPerSecond: n > 1 ? (n - 1) / ((part.times[n - 1] - part.times[0]) / 1000) : 0,
-          tokensOut: n,
-          loadSeconds: part.loadSeconds,
-        };
-      } else res = { engine: kind, error: timedOut ? `no token within ${timeoutSeconds} s` : `exited with ${signal ?? `code ${code}`}${signal === "SIGKILL" ? " (killed: out of memory in the cgroup?)" : ""}` };
-      if (cg) {
-        try {
-          res.cgroup = {
-            limit,
-            maxUsage: Number(readFileSync(join(cg, "memory.max_usage_in_bytes"), "utf8")),
-            failcnt: Number(readFileSync(join(cg, "memory.failcnt"), "utf8")),
-            oomKills: /oom_kill (\d+)/.exec(readFileSync(join(cg, "memory.oom_control"), "utf8"))?.[1],
-          };
-          rmdirSync(cg);
-        } catch (e) {
-          res.cgroupError = String(e);
-        }
-      }
-      resolvePromise(res);
-    });
-  });
-}
 
 // ---- children -------------------------------------------------------------------------------
+//
+// Every child: load, one warm-up generation of --warmup tokens, then --repeat measured greedy
+// generations of --decode tokens from the same prompt. A generation's speed counts from its
+// first token (which follows the prompt's prefill) to its last: n - 1 single-token passes. Per
+// generation the child records its own CPU time (user + system, all threads) and the machine's
+// busy time from /proc/stat over the same interval, so the other processes' load is the
+// difference. Progress is written to RESULT.partial after each token: a run stopped at its time
+// limit still says how fast it went.
 
+const fmtGiB = (b) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+
+/**
+ * Run the warm-up and the measured generations. `generate(maxTokens, onToken)` runs one greedy
+ * generation from the prompt (fresh context) and calls onToken(id) as each token comes out.
+ */
+async function measure(generate, { loadSeconds, hooks = {} }) {
+  const partial = { loadSeconds, reps: [], current: undefined };
+  const save = () => writeFileSync(`${v.result}.partial`, JSON.stringify(partial));
+  save();
+  if (warmup > 0) {
+    const t0 = performance.now();
+    const toks = await generate(warmup, () => {});
+    partial.warmup = { tokens: toks.length, seconds: (performance.now() - t0) / 1000 };
+    log(`${v.child}: warm-up, ${toks.length} tokens in ${partial.warmup.seconds.toFixed(1)} s`);
+    save();
+  }
+  for (let i = 0; i < reps; i++) {
+    const cur = { tokens: [], times: [] };
+    partial.current = cur;
+    hooks.start?.(i);
+    await generate(decode, (tok) => {
+      cur.tokens.push(tok);
+      cur.times.push(performance.now());
+      const cpu = ownCpuSeconds();
+      const stat = cpuTimes();
+      if (cur.tokens.length === 1) {
+        cur.cpu0 = cpu;
+        cur.stat0 = stat;
+        hooks.first?.(i);
+      }
+      cur.cpu1 = cpu;
+      cur.stat1 = stat;
+      save();
+    });
+    const rep = repSummary(cur);
+    Object.assign(rep, hooks.end?.(i, rep));
+    partial.reps.push(rep);
+    partial.current = undefined;
+    save();
+    log(`${v.child}: run ${i + 1}/${reps}: ${rep.tokensPerSecond.toFixed(3)} tok/s, CPU ${rep.cpuSecondsPerToken.toFixed(2)} s/token, other processes ${rep.otherLoadCores?.toFixed(2) ?? "?"} cores`);
+  }
+  return partial;
+}
+
+/** One measured generation from its token times and CPU readings. */
+function repSummary(cur) {
+  const n = cur.tokens.length;
+  const seconds = n > 1 ? (cur.times[n - 1] - cur.times[0]) / 1000 : 0;
+  const cpuSeconds = n > 1 ? cur.cpu1 - cur.cpu0 : 0;
+  return {
+    tokens: cur.tokens,
+    decodePasses: Math.max(0, n - 1),
+    seconds,
+    tokensPerSecond: n > 1 && seconds > 0 ? (n - 1) / seconds : 0,
+    cpuSeconds,
+    cpuSecondsPerToken: n > 1 ? cpuSeconds / (n - 1) : undefined,
+    // cores this child kept busy while decoding (2 = both cores computing; less = waiting on I/O)
+    cpuCores: seconds > 0 ? cpuSeconds / seconds : undefined,
+    otherLoadCores: n > 1 ? otherLoad(cur.stat0, cur.stat1, seconds, cpuSeconds) : undefined,
+  };
+}
+
+/** The child's result: the measured generations and their median / spread. */
+function summary(engine, m, extra = {}) {
+  const s = spread(m.reps.map((r) => r.tokensPerSecond));
+  const same = m.reps.every((r) => r.tokens.length === m.reps[0].tokens.length && r.tokens.every((t, j) => t === m.reps[0].tokens[j]));
+  return {
+    engine,
+    loadSeconds: m.loadSeconds,
+    warmup: m.warmup,
+    decodeTokensPerSecond: s?.median ?? 0,
+    tokensPerSecond: s,
+    cpuSecondsPerToken: spread(m.reps.map((r) => r.cpuSecondsPerToken))?.median,
+    cpuCores: spread(m.reps.map((r) => r.cpuCores))?.median,
+    otherLoadCores: spread(m.reps.map((r) => r.otherLoadCores))?.max,
+    sameTokensEveryRun: same,
+    generated: m.reps[0]?.tokens,
+    runs: m.reps.map(({ tokens, ...r }) => r),
+    cpuSeconds: ownCpuSeconds(),
+    processPeakRssBytes: process.resourceUsage().maxRSS * 1024,
+    ...extra,
+  };
+}
+
+/** neuronpipe on the pack with a memory budget: pipeline, blocking or sync (inline). */
 async function childNeuronpipe() {
   const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
   const { TraceRecorder } = np;
@@ -196,130 +257,273 @@ async function childNeuronpipe() {
   const loadSeconds = (performance.now() - t0) / 1000;
   log(`neuronpipe (${engine}): loaded in ${loadSeconds.toFixed(1)} s\n${model.sparse.describe()}\n${model.decoder.describe()}`);
   const s = model.createSession();
-  const trace = engine === "sync" ? undefined : new TraceRecorder({ mode: engine, model: v.model, threads: {} });
-  // warm-up: a few tokens so the cache holds the working set, then measure
-  let it = s.generate(PROMPT, { maxTokens: 4, temperature: 0 });
-  while (!(await it.next()).done);
-  s.reset();
-  model.sparse.resetStats();
-  it = s.generate(PROMPT, { maxTokens: decode, temperature: 0, trace });
-  const toks = [];
-  let tFirst = 0;
-  let tLast = 0;
-  let r;
-  while (!(r = await it.next()).done) {
-    toks.push(r.value.token);
-    tLast = performance.now();
-    if (toks.length === 1) {
-      tFirst = tLast;
-      model.sparse.resetStats(); // count decode passes only, not the prompt's
+  let trace;
+  const traces = [];
+  const generate = async (n, onToken) => {
+    s.reset();
+    const it = s.generate(PROMPT, { maxTokens: n, temperature: 0, trace });
+    const toks = [];
+    let r;
+    while (!(r = await it.next()).done) {
+      toks.push(r.value.token);
+      onToken(r.value.token);
     }
-  }
-  const rep = model.sparse.report();
-  const sum = (f) => rep.reduce((a, x) => a + f(x), 0);
-  const tokens = rep[0].tokens;
-  let pipeline;
-  if (trace) {
-    const st = traceStats(trace.records);
-    pipeline = {
-      knobs: model.decoder.knobs,
-      latencyMs: st.latencyMs,
-      ioHiddenShare: st.ioHiddenShare,
-      orchestrationShare: st.orchestrationShare,
-      ioMs: st.ioUs / 1000,
-      computeMs: st.computeUs / 1000,
-    };
-    if (v.svg) {
-      writeFileSync(v.svg, traceSvg(trace.records, { tokens: [2, 3], width: 1400, title: `neuronpipe ${engine} — llama2-7b-shaped Q4_0, ${fmtGiB(Number(v.budget))} budget, decode steps 2–3` }));
-      log(`wrote ${v.svg}`);
-    }
-  }
-  const out = {
-    engine: `neuronpipe ${engine}`,
-    pipeline,
+    return toks;
+  };
+  const sum = (rep, f) => rep.reduce((a, x) => a + f(x), 0);
+  const m = await measure(generate, {
     loadSeconds,
-    decodeTokensPerSecond: (toks.length - 1) / ((tLast - tFirst) / 1000),
-    generated: toks,
+    hooks: {
+      start: () => {
+        trace = engine === "sync" ? undefined : new TraceRecorder({ mode: engine, model: v.model, threads: {} });
+      },
+      first: () => model.sparse.resetStats(), // count decode passes only, not the prompt's
+      end: (i) => {
+        const rep = model.sparse.report();
+        const tokens = rep[0].tokens;
+        traces[i] = trace;
+        let pipeline;
+        if (trace) {
+          const st = traceStats(trace.records);
+          pipeline = { latencyMs: st.latencyMs, ioHiddenShare: st.ioHiddenShare, orchestrationShare: st.orchestrationShare, ioMs: st.ioUs / 1000, computeMs: st.computeUs / 1000 };
+        }
+        return {
+          pipeline,
+          hitRate: sum(rep, (x) => x.gateHits + x.upDownHits) / sum(rep, (x) => x.gateAccesses + x.upDownAccesses),
+          bytesReadPerToken: sum(rep, (x) => x.bytesRead) / tokens,
+          readsPerToken: sum(rep, (x) => x.reads) / tokens,
+          predictedPerToken: sum(rep, (x) => x.predicted) / tokens,
+          firedPerToken: sum(rep, (x) => x.fired) / tokens,
+          layers: rep,
+        };
+      },
+    },
+  });
+  // the figures of the run whose speed is the median (for an even count, the lower middle one)
+  const order = m.reps.map((r, i) => [r.tokensPerSecond, i]).sort((a, b) => a[0] - b[0]);
+  const mid = order[(order.length - 1) >> 1]?.[1] ?? 0;
+  const med = m.reps[mid];
+  if (v.svg && traces[mid]) {
+    // decode steps 2–3 of that run (a session numbers its steps on across generations)
+    const first = Math.min(...traces[mid].records.filter((r) => r.kind === "token" && r.index >= 0).map((r) => r.index));
+    try {
+      writeFileSync(v.svg, traceSvg(traces[mid].records, { tokens: [first + 2, first + 3], width: 1400, title: `neuronpipe ${engine} — llama2-7b-shaped Q4_0, ${fmtGiB(Number(v.budget))} budget, decode steps 2–3` }));
+      log(`wrote ${v.svg}`);
+    } catch (e) {
+      log(`WARNING: no timeline written to ${v.svg}: ${e?.message ?? e}`);
+    }
+  }
+  const layers = med.layers;
+  for (const r of m.reps) delete r.layers;
+  const out = summary(`neuronpipe ${engine}`, m, {
+    medianRun: mid,
+    pipeline: med.pipeline && { knobs: model.decoder.knobs, ...med.pipeline },
     budget: Number(v.budget),
     plan: model.sparse.plan,
     io: model.sparse.io,
-    hitRate: (sum((x) => x.gateHits + x.upDownHits)) / sum((x) => x.gateAccesses + x.upDownAccesses),
-    bytesReadPerToken: sum((x) => x.bytesRead) / tokens,
-    readsPerToken: sum((x) => x.reads) / tokens,
-    predictedPerToken: sum((x) => x.predicted) / tokens,
-    firedPerToken: sum((x) => x.fired) / tokens,
-    layers: rep,
+    hitRate: med.hitRate,
+    bytesReadPerToken: med.bytesReadPerToken,
+    readsPerToken: med.readsPerToken,
+    predictedPerToken: med.predictedPerToken,
+    firedPerToken: med.firedPerToken,
+    layers,
     peakResidentBytes: model.sparse.peakResidentBytes,
-    processPeakRssBytes: process.resourceUsage().maxRSS * 1024,
-  };
+  });
   s.dispose();
   await model[Symbol.asyncDispose]();
   return out;
 }
 
-const fmtGiB = (b) => `${(b / 2 ** 30).toFixed(2)} GiB`;
-
-/** llama.cpp's way on our file: dense over a memory mapping of the pack (mode mmap). */
-async function childMmap() {
+/** neuronpipe without a budget: `dense` on the plain GGUF, or `mmap` (llama.cpp's way) on the pack. */
+async function childDense() {
   const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
+  const decoder = v.engine ?? "dense";
   const t0 = performance.now();
-  const model = await np.loadModel(v.model, { threads, decoder: "mmap" });
+  const model = await np.loadModel(v.model, { threads, decoder });
   const loadSeconds = (performance.now() - t0) / 1000;
+  log(`neuronpipe (${decoder}): loaded in ${loadSeconds.toFixed(1)} s`);
   const s = model.createSession({ contextSize: ctx });
-  const it = s.generate(PROMPT, { maxTokens: decode, temperature: 0 });
-  const times = [];
-  const tokens = [];
-  let r;
-  while (!(r = await it.next()).done) {
-    tokens.push(r.value.token);
-    times.push(performance.now());
-    writeFileSync(`${v.result}.partial`, JSON.stringify({ times, loadSeconds }));
-  }
+  const generate = async (n, onToken) => {
+    s.reset();
+    const it = s.generate(PROMPT, { maxTokens: n, temperature: 0 });
+    const toks = [];
+    let r;
+    while (!(r = await it.next()).done) {
+      toks.push(r.value.token);
+      onToken(r.value.token);
+    }
+    return toks;
+  };
+  const m = await measure(generate, { loadSeconds });
+  const out = summary(`neuronpipe ${decoder}`, m);
   s.dispose();
   model.dispose();
-  return {
-    engine: "neuronpipe mmap",
-    loadSeconds,
-    decodeTokensPerSecond: (tokens.length - 1) / ((times[times.length - 1] - times[0]) / 1000),
-    generated: tokens,
-    processPeakRssBytes: process.resourceUsage().maxRSS * 1024,
-  };
+  return out;
 }
 
+/** llama.cpp through node-llama-cpp, mmap, in the build --peer names (bench/peer/llama-peer.mjs). */
 async function childPeer() {
-  const { openPeer } = await import(pathToFileURL(join(benchDir, "peer", "llama-peer.mjs")).href);
+  const { openPeer, peerInfo } = await import(pathToFileURL(join(benchDir, "peer", "llama-peer.mjs")).href);
+  const info = await peerInfo(v.peer);
   const t0 = performance.now();
-  const peer = await openPeer(v.model, { threads, contextSize: ctx, useMmap: true });
+  const peer = await openPeer(v.model, { peer: v.peer, threads, contextSize: ctx, useMmap: true });
   const loadSeconds = (performance.now() - t0) / 1000;
-  log(`llama.cpp: loaded in ${loadSeconds.toFixed(1)} s`);
+  log(`llama.cpp (${info.peer}, ${info.buildType}, repack ${info.repack ? "on" : "off"}): loaded in ${loadSeconds.toFixed(1)} s`);
   const ids = peer.tokenize(PROMPT, { addBos: true });
-  // greedy decode, token times written as they come so that a run stopped at the time limit
-  // still says how fast it went (the first token follows the prompt's prefill: times count from it)
-  const times = [];
-  const tokens = [];
-  await peer.sequence.clearHistory();
-  for await (const t of peer.sequence.evaluate(ids, { temperature: 0 })) {
-    tokens.push(t);
-    times.push(performance.now());
-    writeFileSync(`${v.result}.partial`, JSON.stringify({ times, loadSeconds }));
-    if (tokens.length >= decode) break;
-  }
-  return {
-    engine: "llama.cpp",
-    loadSeconds,
-    decodeTokensPerSecond: (tokens.length - 1) / ((times[times.length - 1] - times[0]) / 1000),
-    generated: tokens,
-    processPeakRssBytes: process.resourceUsage().maxRSS * 1024,
+  const generate = async (n, onToken) => {
+    await peer.sequence.clearHistory();
+    const toks = [];
+    for await (const t of peer.sequence.evaluate(ids, { temperature: 0 })) {
+      toks.push(t);
+      onToken(t);
+      if (toks.length >= n) break;
+    }
+    return toks;
   };
+  const m = await measure(generate, { loadSeconds });
+  const out = summary(`llama.cpp ${info.peer}`, m, { peer: info });
+  await peer.dispose();
+  return out;
 }
 
 if (v.child) {
-  const res = v.child === "neuronpipe" ? await childNeuronpipe() : v.child === "mmap" ? await childMmap() : await childPeer();
+  const res = v.child === "neuronpipe" ? await childNeuronpipe() : v.child === "dense" ? await childDense() : v.child === "llama.cpp" ? await childPeer() : undefined;
+  if (!res) throw new Error(`--child ${v.child}: unknown`);
   writeFileSync(v.result, JSON.stringify(res));
   process.exit(0);
 }
 
 // ---- parent ---------------------------------------------------------------------------------
+
+/**
+ * Run one child (an engine) to completion or its time limit. With `limit.bytes`, inside a fresh
+ * memory cgroup of that size, after evicting `limit.evict` (the file it maps) from the page
+ * cache; the result then says whether the cgroup reached its limit. With --lock, the lock is
+ * held from before the eviction until the child has exited.
+ */
+async function child(id, kind, args, { limit, timeoutSeconds = 1800, repeat = reps, decodeTokens = decode } = {}) {
+  const lock = v.lock ?? process.env.NEURONPIPE_CPU_LOCK;
+  const held = lock ? await acquireLock(lock) : undefined;
+  if (held && held.waitedSeconds > 1) log(`${id}: waited ${held.waitedSeconds.toFixed(0)} s for ${lock}`);
+  try {
+    return await runChild(id, kind, args, { limit, timeoutSeconds, repeat, decodeTokens });
+  } finally {
+    held?.release();
+  }
+}
+
+function runChild(id, kind, args, { limit, timeoutSeconds, repeat, decodeTokens }) {
+  return new Promise((resolvePromise) => {
+    const resultFile = join(os.tmpdir(), `np-sparse-${process.pid}-${id}-${Date.now()}.json`);
+    const nodeArgs = [fileURLToPath(import.meta.url), "--child", kind, "--result", resultFile, "--threads", String(threads), "--decode", String(decodeTokens), "--repeat", String(repeat), "--warmup", String(warmup), "--ctx", String(ctx), ...args];
+    const machine = { loadavgBefore: os.loadavg() };
+    let cg;
+    let eviction;
+    let sampler;
+    let cmd = process.execPath;
+    let argv = nodeArgs;
+    if (limit) {
+      const root = memoryCgroupRoot();
+      if (!root) return resolvePromise({ id, engine: kind, error: "no writable memory cgroup (v1) here" });
+      // drop the file's cached pages, so that every page the engine touches is charged to its cgroup
+      eviction = v["no-evict"] ? { skipped: true, ok: false, file: limit.evict, residentBefore: residentBytes(limit.evict), residentAfter: residentBytes(limit.evict) } : evictFile(limit.evict);
+      if (!eviction.skipped) log(`${id}: evicted ${limit.evict} from the page cache: ${((eviction.residentBefore ?? NaN) / 2 ** 20).toFixed(0)} → ${((eviction.residentAfter ?? NaN) / 2 ** 20).toFixed(0)} MiB cached`);
+      if (eviction.skipped) log(`WARNING ${id}: --no-evict: pages already cached stay charged to another cgroup and escape the limit`);
+      else if (!eviction.ok) log(`WARNING ${id}: the eviction left ${((eviction.residentAfter ?? NaN) / 2 ** 20).toFixed(0)} MiB of the file cached (${eviction.error ?? "mapped by another process?"}): pages charged elsewhere escape the limit`);
+      cg = createCgroup(root, `np-bench-${process.pid}-${id}`, limit.bytes);
+      sampler = sampleCgroup(cg);
+      // the shell joins the cgroup, then becomes node: everything the engine maps or caches is charged to it
+      cmd = "/bin/sh";
+      argv = ["-c", `echo $$ > ${join(cg, "cgroup.procs")} && exec "$0" "$@"`, process.execPath, ...nodeArgs];
+    }
+    const t0 = performance.now();
+    const stat0 = cpuTimes();
+    const cpu0 = process.cpuUsage();
+    const p = spawn(cmd, argv, { stdio: ["ignore", "inherit", "inherit"], detached: true });
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      log(`${id}: not done after ${timeoutSeconds} s; stopping it`);
+      try {
+        process.kill(-p.pid, "SIGKILL");
+      } catch {}
+    }, timeoutSeconds * 1000);
+    // an interrupted benchmark must not leave a child holding gigabytes and both cores
+    const stop = () => {
+      try {
+        process.kill(-p.pid, "SIGKILL");
+      } catch {}
+      process.exit(130);
+    };
+    process.once("SIGINT", stop);
+    process.once("SIGTERM", stop);
+    p.on("exit", (code, signal) => {
+      clearTimeout(timer);
+      process.off("SIGINT", stop);
+      process.off("SIGTERM", stop);
+      const wallSeconds = (performance.now() - t0) / 1000;
+      let res;
+      if (existsSync(resultFile)) res = JSON.parse(readFileSync(resultFile, "utf8"));
+      else if (existsSync(`${resultFile}.partial`)) res = partialResult(kind, JSON.parse(readFileSync(`${resultFile}.partial`, "utf8")), timedOut ? `stopped after ${timeoutSeconds} s` : `exited with ${signal ?? `code ${code}`}`);
+      else res = { engine: kind, error: timedOut ? `nothing within ${timeoutSeconds} s` : `exited with ${signal ?? `code ${code}`}${signal === "SIGKILL" ? " (killed: out of memory in the cgroup?)" : ""}` };
+      rmSync(resultFile, { force: true });
+      rmSync(`${resultFile}.partial`, { force: true });
+      const parentCpu = (process.cpuUsage(cpu0).user + process.cpuUsage(cpu0).system) / 1e6;
+      machine.loadavgAfter = os.loadavg();
+      machine.wallSeconds = wallSeconds;
+      // over the child's whole life (load, warm-up, runs): needs the child's own CPU time
+      if (res.cpuSeconds !== undefined) machine.otherLoadCores = otherLoad(stat0, cpuTimes(), wallSeconds, res.cpuSeconds + parentCpu);
+      res = { id, ...res, machine };
+      if (cg) {
+        res.eviction = eviction;
+        res.cgroupPeak = sampler.stop();
+        try {
+          res.cgroup = cgroupReport(cg, limit.bytes);
+          res.limited = res.cgroup.limited && eviction.ok;
+          removeCgroup(cg);
+        } catch (e) {
+          res.cgroupError = String(e);
+          res.limited = false;
+        }
+        const c = res.cgroup;
+        if (c) log(`${id}: cgroup limit ${fmt(c.limit)}, peak usage ${fmt(c.maxUsage)}, ${c.failcnt} limit hits, ${c.oomKills} OOM kills; anonymous ≤ ${(res.cgroupPeak.rss / 2 ** 20).toFixed(0)} MiB, page cache ≤ ${fmt(res.cgroupPeak.cache)}`);
+        if (!res.limited) log(`WARNING ${id}: NOT LIMITED — ${c ? `the cgroup's usage peaked at ${fmt(c.maxUsage)}, short of its ${fmt(c.limit)} limit` : res.cgroupError}${eviction.ok ? "" : eviction.skipped ? "; the file was not evicted (--no-evict)" : "; the eviction failed"}: this run does not measure decoding under the limit`);
+      }
+      if (res.error) log(`${id}: ${res.error}`);
+      log(`${id}: ${res.decodeTokensPerSecond ? `${res.decodeTokensPerSecond.toFixed(3)} tok/s median` : "no speed"}; child CPU ${res.cpuSeconds?.toFixed(0) ?? "?"} s over ${wallSeconds.toFixed(0)} s; other processes ${machine.otherLoadCores?.toFixed(2) ?? "?"} cores; load average ${machine.loadavgBefore[0].toFixed(2)} → ${machine.loadavgAfter[0].toFixed(2)}`);
+      resolvePromise(res);
+    });
+  });
+}
+
+/** What a child that did not finish measured: its completed runs, else its run in progress. */
+function partialResult(kind, part, why) {
+  const runs = [...part.reps];
+  let inProgress = false;
+  if (part.current && part.current.tokens.length > 1) {
+    runs.push(repSummary(part.current));
+    inProgress = true;
+  }
+  const s = spread(runs.map((r) => r.tokensPerSecond));
+  const last = part.current?.cpu1 ?? undefined;
+  return {
+    engine: kind,
+    partial: true,
+    error: `${why} after ${runs.length - (inProgress ? 1 : 0)} complete runs${inProgress ? ` and ${part.current.tokens.length} tokens of another` : ""}${part.warmup ? "" : " (during load or warm-up)"}`,
+    loadSeconds: part.loadSeconds,
+    warmup: part.warmup,
+    decodeTokensPerSecond: s?.median ?? 0,
+    tokensPerSecond: s,
+    cpuSecondsPerToken: spread(runs.map((r) => r.cpuSecondsPerToken))?.median,
+    cpuCores: spread(runs.map((r) => r.cpuCores))?.median,
+    otherLoadCores: spread(runs.map((r) => r.otherLoadCores))?.max,
+    generated: runs[0]?.tokens,
+    runs: runs.map(({ tokens, ...r }) => r),
+    cpuSecondsAtLastToken: last,
+  };
+}
+
+const fmt = (b) => `${(b / 2 ** 30).toFixed(2)} GiB`;
 
 const dir = resolve(v.dir ?? process.env.NEURONPIPE_BENCH_DIR ?? join(benchDir, ".models"));
 const { model, pack } = await prepare(dir);
@@ -334,61 +538,100 @@ const ffn = Number(v.ffn);
 const planOpts = np.planOptions(packInfo.config, { contextSize: ctx });
 const budget = np.budgetForFfnFraction(packInfo, ffn, planOpts);
 const peerLimit = budget + Number(v["peer-limit-extra"]);
-const fmt = (b) => `${(b / 2 ** 30).toFixed(2)} GiB`;
-log(`budget for ${(100 * ffn).toFixed(0)}% of the FFN resident: ${fmt(budget)}; model file ${fmt(np.readGGUF(model).fileSize)}; peer cgroup limit ${fmt(peerLimit)}`);
+log(`budget for ${(100 * ffn).toFixed(0)}% of the FFN resident: ${fmt(budget)}; model file ${fmt(np.readGGUF(model).fileSize)}; cgroup limit ${fmt(peerLimit)}`);
 
-const results = [];
 const off = `${(100 * (1 - ffn)).toFixed(0)}% of FFN offloaded`;
 const img = join(rootDir, "docs", "img");
-results.push({ setting: `neuronpipe pipeline, --memory ${fmt(budget)} (${off})`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget), "--engine", "pipeline", "--svg", join(img, "pipeline-timeline.svg")])) });
-results.push({ setting: `neuronpipe blocking (LLMFlash: window cache of 5 tokens, reads before compute), --memory ${fmt(budget)}`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget), "--engine", "blocking", "--svg", join(img, "blocking-timeline.svg")])) });
-results.push({ setting: `neuronpipe sync (sparse FFN inline, one thread), --memory ${fmt(budget)}`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget), "--engine", "sync"])) });
-// ablation: the same pipeline with gate rows cached, not pinned (what the pinned rows are worth)
-results.push({ setting: `neuronpipe pipeline, gate rows cached (pinGates false), --memory ${fmt(budget)}`, ...(await child("neuronpipe", ["--model", pack, "--budget", String(budget), "--engine", "pipeline", "--pin-gates", "false"])) });
-results.push({ setting: `neuronpipe mmap (dense over a mapped pack, as llama.cpp), memory cgroup ${fmt(peerLimit)}`, ...(await child("mmap", ["--model", pack], peerLimit, Number(v["peer-timeout"]))) });
-results.push({
-  setting: `llama.cpp, memory cgroup ${fmt(peerLimit)} (mmap; node-llama-cpp cannot turn off Q4_0 repacking, so the repacked weights are anonymous memory inside the limit)`,
-  ...(await child("llama.cpp", ["--model", model], peerLimit, Number(v["peer-timeout"]))),
+const limited = (file) => ({
+  limit: { bytes: peerLimit, evict: file },
+  timeoutSeconds: Number(v["peer-timeout"]),
+  repeat: Number(v["limited-repeat"]),
+  decodeTokens: Number(v["limited-decode"]),
 });
-results.push({ setting: "llama.cpp, in memory (mmap, no limit)", ...(await child("llama.cpp", ["--model", model])) });
-results.push({ setting: "neuronpipe pipeline, whole FFN resident (sparse, no I/O)", ...(await child("neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, planOpts)), "--engine", "pipeline"])) });
+const budgetArgs = ["--model", pack, "--budget", String(budget)];
+// in this order: the sparse modes on the pack, then everything in memory, then the limited runs
+const plan = [
+  ["pipeline", `neuronpipe pipeline, --memory ${fmt(budget)} (${off})`, "neuronpipe", [...budgetArgs, "--engine", "pipeline", "--svg", join(img, "pipeline-timeline.svg")]],
+  ["blocking", `neuronpipe blocking (LLMFlash: window cache of 5 tokens, reads before compute), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "blocking", "--svg", join(img, "blocking-timeline.svg")]],
+  ["sync", `neuronpipe sync (sparse FFN inline, one thread), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "sync"]],
+  // ablation: the same pipeline with gate rows cached, not pinned (what the pinned rows are worth)
+  ["pipeline-cached-gates", `neuronpipe pipeline, gate rows cached (pinGates false), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "pipeline", "--pin-gates", "false"]],
+  ["pipeline-resident", "neuronpipe pipeline, whole FFN resident (sparse, no I/O)", "neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, planOpts)), "--engine", "pipeline"]],
+  ["dense", "neuronpipe dense (the plain GGUF, mapped, in memory, no limit)", "dense", ["--model", model, "--engine", "dense"]],
+  ["llama-prebuilt", "llama.cpp prebuilt (repacks Q4_0), in memory, no limit", "llama.cpp", ["--model", model, "--peer", "prebuilt"]],
+  ["llama-norepack", "llama.cpp norepack (source build, GGML_CPU_REPACK=OFF), in memory, no limit", "llama.cpp", ["--model", model, "--peer", "norepack"]],
+  ["mmap-limited", `neuronpipe mmap (dense over a mapped pack, as llama.cpp), memory cgroup ${fmt(peerLimit)}`, "dense", ["--model", pack, "--engine", "mmap"], limited(pack)],
+  ["llama-norepack-limited", `llama.cpp norepack (mmap, weights in the page cache), memory cgroup ${fmt(peerLimit)}`, "llama.cpp", ["--model", model, "--peer", "norepack"], limited(model)],
+  ...(v["prebuilt-limited"]
+    ? [["llama-prebuilt-limited", `llama.cpp prebuilt (repacked weights are anonymous memory), memory cgroup ${fmt(peerLimit)}`, "llama.cpp", ["--model", model, "--peer", "prebuilt"], limited(model)]]
+    : []),
+];
+const only = v.only?.split(",").map((x) => x.trim());
+if (only) for (const id of only) if (!plan.some((p) => p[0] === id) && id !== "llama-prebuilt-limited") throw new Error(`--only ${id}: no such run (${plan.map((p) => p[0]).join(", ")})`);
+if (only?.includes("llama-prebuilt-limited") && !v["prebuilt-limited"])
+  plan.push(["llama-prebuilt-limited", `llama.cpp prebuilt (repacked weights are anonymous memory), memory cgroup ${fmt(peerLimit)}`, "llama.cpp", ["--model", model, "--peer", "prebuilt"], limited(model)]);
+
+const t0 = performance.now();
+const results = [];
+for (const [id, setting, kind, args, opts] of plan) {
+  if (only && !only.includes(id)) continue;
+  log(`--- ${id}: ${setting} ---`);
+  results.push({ setting, ...(await child(id, kind, args, opts)) });
+}
 
 const record = {
   date: new Date().toISOString(),
-  machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory: os.totalmem() },
+  machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory: os.totalmem(), node: process.version },
   model: { file: model, pack, shape: "llama2-7b", type: "Q4_0", planted: "active 10%, hot 20% → 80%, gate rank 64" },
   threads,
   decodeTokens: decode,
+  repeat: reps,
+  warmupTokens: warmup,
+  limitedRepeat: Number(v["limited-repeat"]),
+  limitedDecodeTokens: Number(v["limited-decode"]),
   contextSize: ctx,
   ffnResident: ffn,
   budget,
   peerLimit,
+  wallSeconds: (performance.now() - t0) / 1000,
+  // every run in a cgroup reached its limit (undefined when there was none)
+  limitedRunsReachedLimit: results.some((r) => r.limited !== undefined) ? results.filter((r) => r.limited !== undefined).every((r) => r.limited === true) : undefined,
   results,
 };
-const outFile = v.out ?? join(benchDir, "results", "sparse-latest.json");
-mkdirSync(dirname(outFile), { recursive: true });
-writeFileSync(outFile, JSON.stringify(record, null, 2) + "\n");
+const outFile = v.out ?? (only ? undefined : join(benchDir, "results", "sparse-latest.json"));
+if (outFile) {
+  mkdirSync(dirname(outFile), { recursive: true });
+  writeFileSync(outFile, JSON.stringify(record, null, 2) + "\n");
+}
 
-const ours = results[0].decodeTokensPerSecond;
+const ours = results.find((r) => r.id === "pipeline")?.decodeTokensPerSecond;
 const lines = [
-  `| setting | decode tok/s | pipeline ÷ this | hit rate | read/token | peak memory |`,
-  `|---|---:|---:|---:|---:|---:|`,
+  `| run | decode tok/s, median (min–max, runs) | pipeline ÷ this | CPU s / token (cores busy) | other load, cores | hit rate | read/token | memory |`,
+  `|---|---:|---:|---:|---:|---:|---:|---|`,
 ];
 for (const r of results) {
   const tps = r.decodeTokensPerSecond;
-  const mem = r.peakResidentBytes ? `${fmt(r.peakResidentBytes)} model data (process ${fmt(r.processPeakRssBytes)})` : r.cgroup ? `cgroup max ${fmt(r.cgroup.maxUsage)}` : r.processPeakRssBytes ? `process ${fmt(r.processPeakRssBytes)}` : "";
+  const sp = r.tokensPerSecond;
+  const speed = tps ? `${tps.toFixed(2)} (${sp.min.toFixed(2)}–${sp.max.toFixed(2)}, ${sp.n})${r.partial ? " partial" : ""}` : r.error ?? "—";
+  let mem = r.peakResidentBytes ? `${fmt(r.peakResidentBytes)} model data (process ${fmt(r.processPeakRssBytes)})` : r.processPeakRssBytes ? `process ${fmt(r.processPeakRssBytes)}` : "";
+  if (r.cgroup)
+    mem = `${r.limited ? "limited" : "**NOT LIMITED**"}: cgroup peak ${fmt(r.cgroup.maxUsage)} of ${fmt(r.cgroup.limit)}, ${r.cgroup.failcnt} limit hits, ${r.cgroup.oomKills} OOM kills; anonymous ≤ ${(r.cgroupPeak.rss / 2 ** 20).toFixed(0)} MiB; ${r.eviction.skipped ? "not evicted" : "evicted"} ${((r.eviction.residentBefore ?? NaN) / 2 ** 20).toFixed(0)} → ${((r.eviction.residentAfter ?? NaN) / 2 ** 20).toFixed(0)} MiB cached`;
+  else if (r.limited === false) mem = `**NOT LIMITED** (${r.cgroupError ?? r.error})`;
   lines.push(
-    `| ${r.setting} | ${tps ? tps.toFixed(2) : r.error ?? "—"} | ${tps ? (ours / tps).toFixed(2) + "×" : "—"} | ${r.hitRate !== undefined ? (100 * r.hitRate).toFixed(1) + "%" : "—"} | ${r.bytesReadPerToken !== undefined ? (r.bytesReadPerToken / 2 ** 20).toFixed(1) + " MiB" : "—"} | ${mem} |`,
+    `| ${r.id}: ${r.setting} | ${speed} | ${tps && ours ? (ours / tps).toFixed(2) + "×" : "—"} | ${r.cpuSecondsPerToken !== undefined ? `${r.cpuSecondsPerToken.toFixed(2)} (${r.cpuCores?.toFixed(2)})` : "—"} | ${r.otherLoadCores !== undefined ? r.otherLoadCores.toFixed(2) : "—"} | ${r.hitRate !== undefined ? (100 * r.hitRate).toFixed(1) + "%" : "—"} | ${r.bytesReadPerToken !== undefined ? (r.bytesReadPerToken / 2 ** 20).toFixed(1) + " MiB" : "—"} | ${mem} |`,
   );
 }
-const pl = results[0].pipeline;
+const pl = results.find((r) => r.id === "pipeline")?.pipeline;
 if (pl) {
   const L = pl.latencyMs;
   lines.push(
     "",
-    `pipeline per-token latency: mean ${L.mean.toFixed(0)} ms, P50 ${L.p50.toFixed(0)}, P90 ${L.p90.toFixed(0)}, P99 ${L.p99.toFixed(0)} (P99/mean ${(L.p99 / L.mean).toFixed(2)}); ` +
-      `I/O hidden under compute ${(100 * pl.ioHiddenShare).toFixed(1)}% (blocking: ${(100 * (results[1].pipeline?.ioHiddenShare ?? 0)).toFixed(1)}%); orchestration ${(100 * pl.orchestrationShare).toFixed(1)}% of token time`,
+    `pipeline per-token latency (median run): mean ${L.mean.toFixed(0)} ms, P50 ${L.p50.toFixed(0)}, P90 ${L.p90.toFixed(0)}, P99 ${L.p99.toFixed(0)} (P99/mean ${(L.p99 / L.mean).toFixed(2)}); ` +
+      `I/O hidden under compute ${(100 * pl.ioHiddenShare).toFixed(1)}% (blocking: ${(100 * (results.find((r) => r.id === "blocking")?.pipeline?.ioHiddenShare ?? 0)).toFixed(1)}%); orchestration ${(100 * pl.orchestrationShare).toFixed(1)}% of token time`,
   );
 }
+const notLimited = results.filter((r) => r.limited === false);
+if (notLimited.length) lines.push("", `WARNING: ${notLimited.map((r) => r.id).join(", ")} did not reach the cgroup's limit: not measured under the limit.`);
+lines.push("", `other load: the largest average core use by other processes during a measured run (> 0.15 of 2 cores makes a figure unreliable). Bench wall time ${(record.wallSeconds / 60).toFixed(1)} min.`);
 process.stdout.write(lines.join("\n") + "\n");
-log(`wrote ${outFile}`);
+if (outFile) log(`wrote ${outFile}`);
