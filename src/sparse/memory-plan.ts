@@ -123,7 +123,7 @@ export function upDownSlotBytesOf(pack: Pack): number {
 export function predictorBytes(pack: Pack): number {
   if (!pack.predictor) return 0;
   let b = 0;
-  for (const l of pack.predictor) b += l.hidden * (pack.config.nEmbd + pack.config.nFF) * 4;
+  for (const l of pack.predictor) b += l.fc1Bytes + l.fc2Bytes + (l.thresholdsOffset >= 0 ? pack.config.nFF * 4 : 0);
   return b;
 }
 

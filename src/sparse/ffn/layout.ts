@@ -37,25 +37,33 @@ export function bundleLayoutOf(pack: Pack): BundleLayout {
   };
 }
 
-/** Per-layer predictors fc2·relu(fc1·x) in one native buffer (F32), with each layer's threshold. */
+/**
+ * Per-layer predictors in one native buffer (predictor-file.ts for the two forms): mlp
+ * fc2·relu(fc1·x) > threshold[layer] (F32, x before ffn_norm), or linear fc2·fc1·x̂ >
+ * thresholds (per neuron, pack order; x̂ the ffn_norm output).
+ */
 export interface PredictorWeights {
   buf: number;
+  form: "mlp" | "linear";
+  type: number; // GGML type of fc1/fc2 (F32 for mlp)
   fc1: number[]; // offset of blk.N.fc1 (hidden, n_embd)
   fc2: number[]; // offset of blk.N.fc2 (n_ff, hidden), rows in pack order
   hidden: number[];
-  threshold: number[];
+  threshold: number[]; // mlp
+  thresholds: number[]; // linear: offset of blk.N.fc2.threshold (n_ff) f32
 }
 
 /** Names of the per-token scratch vectors, each (n_ff) 4-byte values. */
-export const FFN_SCRATCH = ["scores", "P", "slots", "gate", "aSlots", "aPos", "gA", "uA", "hA"] as const;
+export const FFN_SCRATCH = ["scores", "P", "slots", "gate", "aSlots", "aPos", "gA", "uA", "hA", "pHidden"] as const;
 export type FfnScratchOffsets = Record<(typeof FFN_SCRATCH)[number], number>;
 
 /**
- * One token's sparse-FFN scratch, one native buffer of (9, n_ff) 4-byte values:
+ * One token's sparse-FFN scratch, one native buffer of (10, n_ff) 4-byte values:
  *   scores (f32) predictor scores     P (i32) predicted pack positions, ascending
  *   slots (i32)  gate row of each P   gate (f32) gate value of each P
  *   aSlots (i32) up+down slot of each fired neuron   aPos (i32) its pack position
  *   gA, uA, hA (f32) its gate, up and gated activation
+ *   pHidden (f32) the linear predictor's fc1·x̂ (rank ≤ n_ff)
  */
 export function createFfnScratch(nFF: number): { buf: number; off: FfnScratchOffsets } {
   const F = nFF * 4;

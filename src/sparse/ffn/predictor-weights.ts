@@ -13,22 +13,30 @@ export function loadPredictorWeights(pack: Pack): PredictorWeights {
     );
   }
   const n = native();
-  const { nEmbd, nFF } = pack.config;
+  const { nFF } = pack.config;
+  const form = pack.predictor[0]!.form;
+  for (const l of pack.predictor) if (l.form === "linear" && l.hidden > nFF) throw new Error(`${pack.path}: predictor rank ${l.hidden} exceeds n_ff ${nFF}`);
   let bytes = 0;
-  for (const l of pack.predictor) bytes += l.hidden * (nEmbd + nFF) * 4;
+  for (const l of pack.predictor) bytes += l.fc1Bytes + l.fc2Bytes + (l.thresholdsOffset >= 0 ? nFF * 4 : 0);
   const buf = n.alloc(bytes);
   const fc1: number[] = [];
   const fc2: number[] = [];
+  const thresholds: number[] = [];
   const fd = openSync(pack.path, "r");
   try {
     let o = 0;
     for (const [i, l] of pack.predictor.entries()) {
       fc1.push(o);
-      readIntoNative(fd, pack.path, `tensor blk.${i}.fc1.weight`, l.fc1Offset, l.hidden * nEmbd * 4, buf, o);
-      o += l.hidden * nEmbd * 4;
+      readIntoNative(fd, pack.path, `tensor blk.${i}.fc1.weight`, l.fc1Offset, l.fc1Bytes, buf, o);
+      o += l.fc1Bytes;
       fc2.push(o);
-      readIntoNative(fd, pack.path, `tensor blk.${i}.fc2.weight`, l.fc2Offset, nFF * l.hidden * 4, buf, o);
-      o += nFF * l.hidden * 4;
+      readIntoNative(fd, pack.path, `tensor blk.${i}.fc2.weight`, l.fc2Offset, l.fc2Bytes, buf, o);
+      o += l.fc2Bytes;
+      if (l.thresholdsOffset >= 0) {
+        thresholds.push(o);
+        readIntoNative(fd, pack.path, `tensor blk.${i}.fc2.threshold`, l.thresholdsOffset, nFF * 4, buf, o);
+        o += nFF * 4;
+      }
     }
   } catch (e) {
     n.free(buf);
@@ -36,5 +44,5 @@ export function loadPredictorWeights(pack: Pack): PredictorWeights {
   } finally {
     closeSync(fd);
   }
-  return { buf, fc1, fc2, hidden: pack.predictor.map((l) => l.hidden), threshold: pack.predictor.map((l) => l.threshold) };
+  return { buf, form, type: pack.predictor[0]!.type, fc1, fc2, hidden: pack.predictor.map((l) => l.hidden), threshold: pack.predictor.map((l) => l.threshold), thresholds };
 }

@@ -2,7 +2,7 @@
 // (inline on the caller's thread, the actor pipeline's compute worker, the LLMFlash baseline):
 //
 //   zero      o = 0                                                    (an explicit step)
-//   predict   P = { p : (fc2 · relu(fc1 · x))[p] > threshold }        (oracle: every neuron)
+//   predict   P = { p : (fc2 · fc1 · xb)[p] > threshold[p] }          (linear predictor; oracle: every neuron)
 //   gate      g[k] = W_gate[P[k]] · xb for k in a range of P; the fired ones (relu(g) != 0)
 //             compacted to A with their gate value and up+down slot
 //   upAct     u[k] = W_up[A[k]] · xb;  h[k] = act(g[k]) · u[k]        (dReLU: relu(g)·relu(u))
@@ -47,6 +47,8 @@ export class FfnSteps {
   private readonly gateV: Float32Array;
   private readonly gA: Float32Array;
   private readonly slotOf?: Int32Array;
+  /** Per layer: the linear predictor's thresholds (views made on first use). */
+  private readonly thresholds: Float32Array[] = [];
   /** (nLayer·nFF) the slot of each neuron, or -1 (the cache's table). */
   readonly slotTable: Int32Array;
 
@@ -81,10 +83,19 @@ export class FfnSteps {
       for (let p = 0; p < nFF; p++) P[p] = p;
       return nFF;
     }
-    this.n.predictorScores(pr.buf, pr.fc1[layer]!, pr.buf, pr.fc2[layer]!, L.dim, pr.hidden[layer]!, nFF, t.buf, t.x, 1, L.scratch, L.off.scores);
-    const thr = pr.threshold[layer]!;
     const s = this.scores;
     let nP = 0;
+    if (pr.form === "linear") {
+      // h = fc1·x̂ (rank), s = fc2·h: the dense kernels, so the same bits on every path
+      const h = pr.hidden[layer]!;
+      this.n.matvec(pr.type, pr.buf, pr.fc1[layer]!, h, L.dim, t.buf, t.xb, L.scratch, L.off.pHidden);
+      this.n.matvec(pr.type, pr.buf, pr.fc2[layer]!, nFF, h, L.scratch, L.off.pHidden, L.scratch, L.off.scores);
+      const thr = (this.thresholds[layer] ??= this.n.viewF32(pr.buf, pr.thresholds[layer]!, nFF));
+      for (let p = 0; p < nFF; p++) if (s[p]! > thr[p]!) P[nP++] = p;
+      return nP;
+    }
+    this.n.predictorScores(pr.buf, pr.fc1[layer]!, pr.buf, pr.fc2[layer]!, L.dim, pr.hidden[layer]!, nFF, t.buf, t.x, 1, L.scratch, L.off.scores);
+    const thr = pr.threshold[layer]!;
     for (let p = 0; p < nFF; p++) if (s[p]! > thr) P[nP++] = p;
     return nP;
   }

@@ -22,14 +22,21 @@ export interface PackLayer {
   hotCount: number; // leading pack positions holding 80% of firings
 }
 export interface PackPredictorLayer {
-  hidden: number;
-  /** Read from the file on first use (a 7B pack holds hundreds of MB of predictors; loadSparseModel reads them straight into native memory instead). */
+  /** mlp: fc2·relu(fc1·x) > threshold (x before ffn_norm); linear: fc2·fc1·x̂ > thresholds[p] (x̂ the ffn_norm output) */
+  form: "mlp" | "linear";
+  hidden: number; // hidden width (mlp) or rank (linear)
+  type: number; // GGML type of fc1 and fc2 (F32 for mlp)
+  /** Dequantised on first use (a 7B pack holds hundreds of MB of predictors; loadSparseModel reads them straight into native memory instead). */
   readonly fc1: Float32Array; // (hidden, n_embd)
   readonly fc2: Float32Array; // (n_ff, hidden), rows in pack order
-  /** File offsets of the F32 tensors blk.N.fc1.weight and blk.N.fc2.weight. */
+  /** File offsets and sizes of blk.N.fc1.weight and blk.N.fc2.weight (and blk.N.fc2.threshold, linear). */
   fc1Offset: number;
   fc2Offset: number;
-  threshold: number;
+  fc1Bytes: number;
+  fc2Bytes: number;
+  thresholdsOffset: number; // -1 for mlp
+  threshold: number; // mlp: the layer's threshold; linear: NaN (see thresholds)
+  readonly thresholds?: Float32Array; // linear: (n_ff) in pack order
 }
 export interface Pack {
   path: string;

@@ -4,7 +4,7 @@ import { closeSync, openSync, readSync } from "node:fs";
 import { GGUFError, readGGUF, type GGUFFile, type TensorInfo } from "../../gguf/reader.js";
 import { computeTypes, tensorTypeName } from "../../gguf/types.js";
 import { readConfig, type ModelConfig } from "../../model/config.js";
-import { native } from "../../native.js";
+import { GGMLType, native } from "../../native.js";
 import { F32, I32, I8, P, PACK_ALIGNMENT, roundUp, PACK_VERSION, PackError, type Pack, type PackLayer, type PackPredictorLayer } from "./format.js";
 
 // ---- reading ------------------------------------------------------------------------
@@ -115,10 +115,12 @@ export function openPack(path: string): Pack {
     if (has.some(([a, b]) => a || b)) {
       const missing = has.flatMap(([a, b], l) => [...(a ? [] : [`blk.${l}.fc1.weight`]), ...(b ? [] : [`blk.${l}.fc2.weight`])]);
       if (missing.length) fail(`predictor present in some layers but not others: missing ${missing.join(", ")}`);
+      const form = String(file.metadata.get("neuronpipe.predictor.form")?.value ?? "mlp") as "mlp" | "linear";
+      if (form !== "mlp" && form !== "linear") fail(`neuronpipe.predictor.form is "${form}", expected "mlp" or "linear"`);
       const thr = file.metadata.get("neuronpipe.predictor.threshold")?.value as ArrayLike<number> | undefined;
-      if (!thr || typeof thr !== "object" || thr.length !== nLayer) fail(`predictor tensors present but neuronpipe.predictor.threshold is missing or not one value per layer (${nLayer})`);
+      if (form === "mlp" && (!thr || typeof thr !== "object" || thr.length !== nLayer)) fail(`predictor tensors present but neuronpipe.predictor.threshold is missing or not one value per layer (${nLayer})`);
       // lazily: the file is reopened when a test or tool asks for the values
-      const readF32 = (t: TensorInfo) => {
+      const readBytes = (t: TensorInfo) => {
         const f = openSync(path, "r");
         try {
           const b = Buffer.alloc(t.nbytes);
@@ -127,30 +129,61 @@ export function openPack(path: string): Pack {
             if (r === 0) fail(`tensor ${t.name}: file ends at ${t.offset + got} (truncated)`);
             got += r;
           }
-          return new Float32Array(b.buffer, b.byteOffset, t.nbytes / 4);
+          return b;
         } finally {
           closeSync(f);
+        }
+      };
+      const readF32 = (t: TensorInfo, cols: number, rows: number) => {
+        const b = readBytes(t);
+        if (t.type === F32) return new Float32Array(b.buffer, b.byteOffset, t.nbytes / 4);
+        const n = native();
+        const src = n.alloc(t.nbytes);
+        const dst = n.alloc(cols * rows * 4);
+        try {
+          n.viewU8(src, 0, t.nbytes).set(b);
+          for (let r = 0; r < rows; r++) n.dequantizeRow(t.type, src, 0, cols, r, dst, r * cols * 4);
+          return Float32Array.from(n.viewF32(dst, 0, cols * rows));
+        } finally {
+          n.free(src);
+          n.free(dst);
         }
       };
       predictor = [];
       for (let l = 0; l < nLayer; l++) {
         const t1 = file.tensorsByName.get(`blk.${l}.fc1.weight`)!;
         const hidden = t1.ne[1] ?? 1;
-        tensor(t1.name, F32, [nEmbd, hidden]);
-        const t2 = tensor(`blk.${l}.fc2.weight`, F32, [hidden, nFF]);
-        if (t1.offset + t1.nbytes > file.fileSize || t2.offset + t2.nbytes > file.fileSize) fail(`predictor tensors of layer ${l} run past the end of the file (truncated)`);
+        const type = form === "linear" ? t1.type : F32;
+        if (form === "linear" && type !== F32 && type !== GGMLType.Q8_0) fail(`tensor ${t1.name} is ${tensorTypeName(type)}; a linear predictor is F32 or Q8_0`);
+        tensor(t1.name, type, [nEmbd, hidden]);
+        const t2 = tensor(`blk.${l}.fc2.weight`, type, [hidden, nFF]);
+        const t3 = form === "linear" ? tensor(`blk.${l}.fc2.threshold`, F32, [nFF]) : undefined;
+        for (const t of [t1, t2, ...(t3 ? [t3] : [])]) if (t.offset + t.nbytes > file.fileSize) fail(`predictor tensors of layer ${l} run past the end of the file (truncated)`);
         let fc1: Float32Array | undefined;
         let fc2: Float32Array | undefined;
+        let th: Float32Array | undefined;
         predictor.push({
+          form,
           hidden,
-          threshold: Number(thr![l]),
+          type,
+          threshold: form === "mlp" ? Number(thr![l]) : NaN,
           fc1Offset: t1.offset,
           fc2Offset: t2.offset,
+          fc1Bytes: t1.nbytes,
+          fc2Bytes: t2.nbytes,
+          thresholdsOffset: t3 ? t3.offset : -1,
           get fc1() {
-            return (fc1 ??= readF32(t1));
+            return (fc1 ??= readF32(t1, nEmbd, hidden));
           },
           get fc2() {
-            return (fc2 ??= readF32(t2));
+            return (fc2 ??= readF32(t2, hidden, nFF));
+          },
+          get thresholds() {
+            if (!t3) return undefined;
+            return (th ??= (() => {
+              const b = readBytes(t3);
+              return new Float32Array(b.buffer, b.byteOffset, nFF);
+            })());
           },
         });
       }

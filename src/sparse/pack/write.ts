@@ -9,7 +9,7 @@ import { readConfig, type ModelConfig } from "../../model/config.js";
 import { native } from "../../native.js";
 import { modelFingerprint } from "./fingerprint.js";
 import { hotSetSize, readProfile } from "../profile-file.js";
-import { readPredictors } from "../predictor-file.js";
+import { isLinear, readPredictors, type MlpPredictor } from "../predictor-file.js";
 import { checkMatrix, F32, ffnTensorName, hotFirstOrder, I32, I8, isFfnOrAux, P, PACK_ALIGNMENT, PACK_VERSION, PackError, roundUp } from "./format.js";
 
 export interface PackOptions {
@@ -152,8 +152,9 @@ export async function writePack(modelPath: string, outPath: string, opts: PackOp
     for (const [k, v] of predFile.metadata) {
       if (k.startsWith("neuronpipe.predictor.") || k === "powerinfer.sparse_threshold") w.metadata.set(k, v);
     }
-    w.setArray("neuronpipe.predictor.threshold", ValueType.FLOAT32, Float32Array.from(pred.layers, (l) => l.threshold));
-    w.setString("neuronpipe.predictor.order", "fc2 rows in pack order: score[p] belongs to neuron blk.N.ffn_order[p]");
+    const mlp = pred.layers.filter((l) => !isLinear(l)) as MlpPredictor[];
+    if (mlp.length === pred.layers.length) w.setArray("neuronpipe.predictor.threshold", ValueType.FLOAT32, Float32Array.from(mlp, (l) => l.threshold));
+    w.setString("neuronpipe.predictor.order", "fc2 rows (and per-neuron thresholds) in pack order: score[p] belongs to neuron blk.N.ffn_order[p]");
   }
 
   // ---- tensors: fixed region, small per-layer tensors, then the bundles -------------
@@ -175,18 +176,16 @@ export async function writePack(modelPath: string, outPath: string, opts: PackOp
       w.addTensor({ name: `blk.${l}.act_count`, ne: [nFF], type: I32, data: () => new Uint8Array(c.buffer, c.byteOffset, c.byteLength) });
       if (pred) {
         const pl = pred.layers[l]!;
-        w.addTensor({ name: `blk.${l}.fc1.weight`, ne: [nEmbd, pl.hidden], type: F32, data: () => new Uint8Array(pl.fc1.buffer, pl.fc1.byteOffset, pl.fc1.byteLength) });
-        w.addTensor({
-          name: `blk.${l}.fc2.weight`,
-          ne: [pl.hidden, nFF],
-          type: F32,
-          data: () => {
-            const h = pl.hidden;
-            const out = new Float32Array(nFF * h);
-            for (let p = 0; p < nFF; p++) out.set(pl.fc2.subarray(order[p]! * h, order[p]! * h + h), p * h);
-            return new Uint8Array(out.buffer);
-          },
-        });
+        const permuteRows = (src: Uint8Array, rowBytes: number) => {
+          const out = new Uint8Array(nFF * rowBytes);
+          for (let p = 0; p < nFF; p++) out.set(src.subarray(order[p]! * rowBytes, (order[p]! + 1) * rowBytes), p * rowBytes);
+          return out;
+        };
+        const bytes = (a: Float32Array | Uint8Array) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+        const type = isLinear(pl) ? pl.type : F32;
+        w.addTensor({ name: `blk.${l}.fc1.weight`, ne: [nEmbd, pl.hidden], type, data: () => bytes(pl.fc1) });
+        w.addTensor({ name: `blk.${l}.fc2.weight`, ne: [pl.hidden, nFF], type, data: () => permuteRows(bytes(pl.fc2), n.rowBytes(type, pl.hidden)) });
+        if (isLinear(pl)) w.addTensor({ name: `blk.${l}.fc2.threshold`, ne: [nFF], type: F32, data: () => permuteRows(bytes(pl.thresholds), 4) });
       }
     }
     for (let l = 0; l < nLayer; l++) {
