@@ -1,102 +1,26 @@
-// Training activation predictors (PowerInfer's per-layer fc2·relu(fc1·x), no biases; PowerInfer
-// never released its trainer): collection of training data through the forward pass, native
-// training, held-out evaluation. The file they are written to is sparse/predictor-file.ts.
-//
-// Input x is the residual stream entering the FFN, i.e. BEFORE ffn_norm: in forward.ts the
-// onFfnActivations hook fires after gatedAct and before `x += W_down·hb`, so at that moment
-// rs.x still holds exactly the FFN block's input residual (and rs.hb the gated activations).
-// Label: neuron i is active for a token when hb[i] != 0 (for ReGLU exactly relu(gate)·up ≠ 0).
+// Training activation predictors (PowerInfer never released its trainer): the corpus split
+// into training and evaluation tokens, what the predictors learn from collected through the
+// forward pass (collect-activations.ts), then one of two forms — the low-rank linear predictor
+// fitted in closed form (predictor-fit.ts, the default) or PowerInfer's fc2·relu(fc1·x) trained
+// in native code — and a held-out evaluation. The file they are written to is
+// sparse/predictor-file.ts.
 import type { Model } from "../api/model.js";
 import { native } from "../native.js";
+import { collectActivations, type Collected } from "./collect-activations.js";
+
+export { collectActivations, type Collected } from "./collect-activations.js";
 import type { LayerPredictor, LayerReport } from "../sparse/predictor-file.js";
-
-/** Per-layer activations collected for training / evaluation, in native buffers. */
-export interface Collected {
-  nTok: number;
-  nEmbd: number;
-  nFF: number;
-  nLayer: number;
-  /** per layer: native buffer id of x (nTok, nEmbd) f32 */
-  x: number[];
-  /** per layer: native buffer id of label bits (nTok, nFF/8), bit i LSB-first = neuron i active */
-  y: number[];
-  /** per layer: mean active neurons per token */
-  activeMean: number[];
-  dispose(): void;
-}
-
-/** Collect (x before ffn_norm, active bits) per layer over `tokens`, in fresh-context windows. */
-export function collectActivations(
-  model: Model,
-  tokens: readonly number[],
-  opts: { window?: number; onProgress?: (done: number, total: number) => void; signal?: AbortSignal } = {},
-): Collected {
-  const { nLayer, nFF, nEmbd } = model.config;
-  if (nFF % 8 !== 0) throw new Error(`collectActivations: nFF ${nFF} is not a multiple of 8`);
-  const window = opts.window ?? 256;
-  const n = native();
-  const nTok = tokens.length;
-  const rowBytes = nFF / 8;
-  const x: number[] = [];
-  const y: number[] = [];
-  const dispose = () => {
-    for (const id of [...x, ...y]) n.free(id);
-    x.length = 0;
-    y.length = 0;
-  };
-  const active = new Float64Array(nLayer);
-  try {
-    for (let l = 0; l < nLayer; l++) {
-      x.push(n.alloc(Math.max(4, nTok * nEmbd * 4)));
-      y.push(n.alloc(Math.max(1, nTok * rowBytes)));
-    }
-    const s = model.createSession({ contextSize: window, batchSize: Math.min(window, 256) });
-    try {
-      let base = 0; // index of the first token of the current evaluate() batch
-      for (let w0 = 0; w0 < nTok; w0 += window) {
-        opts.signal?.throwIfAborted();
-        const win = tokens.slice(w0, w0 + window);
-        s.reset();
-        base = w0;
-        s.evaluate(win, false, {
-          onFfnActivations: (layer, rs, nt) => {
-            n.copy(x[layer]!, base * nEmbd * 4, rs.buf, rs.x, nt * nEmbd * 4);
-            const hb = n.viewF32(rs.buf, rs.hb, nt * nFF);
-            const yb = n.viewU8(y[layer]!, base * rowBytes, nt * rowBytes);
-            let cnt = 0;
-            for (let t = 0; t < nt; t++) {
-              const r = t * nFF;
-              const o = t * rowBytes;
-              for (let b = 0; b < rowBytes; b++) {
-                let v = 0;
-                for (let k = 0; k < 8; k++) if (hb[r + 8 * b + k] !== 0) v |= 1 << k;
-                yb[o + b] = v;
-                if (v) cnt += popcount8(v);
-              }
-            }
-            active[layer] += cnt;
-            if (layer === nLayer - 1) base += nt; // next batch of this window
-          },
-        });
-        opts.onProgress?.(Math.min(w0 + window, nTok), nTok);
-      }
-    } finally {
-      s.dispose();
-    }
-  } catch (e) {
-    dispose();
-    throw e;
-  }
-  return { nTok, nEmbd, nFF, nLayer, x, y, activeMean: Array.from(active, (a) => a / Math.max(1, nTok)), dispose };
-}
-
-function popcount8(v: number): number {
-  v = v - ((v >> 1) & 0x55);
-  v = (v & 0x33) + ((v >> 2) & 0x33);
-  return (v + (v >> 4)) & 0x0f;
-}
+import { fitLinearPredictors } from "./predictor-fit.js";
 
 export interface TrainOptions {
+  /**
+   * "linear" (default): a low-rank estimate of the gate pre-activations with per-neuron margins,
+   * fitted in closed form (predictor-fit.ts). "mlp": PowerInfer's fc2·relu(fc1·x), trained with
+   * Adam on the labels (the options from epochs to widthFactor apply to it only).
+   */
+  form?: "linear" | "mlp";
+  /** linear: largest rank tried (multiple of 32; default min(256, n_embd)). */
+  maxRank?: number;
   /** Share of `tokens` (from the start) used for training; the rest is the evaluation split. Default 0.8. */
   trainFraction?: number;
   /** Context window of the collection passes. Default 256. */
@@ -105,18 +29,23 @@ export interface TrainOptions {
   batch?: number; // default 64
   lr?: number; // default 3e-3
   seed?: number; // default 1
-  /** Recall the per-layer threshold must reach on the training split. Default 0.998. */
+  /** Recall the threshold(s) must reach on the training split (mlp) or the calibration tokens (linear). Default 0.998. */
   targetRecall?: number;
   /** hidden = clamp(roundTo32(widthFactor · activeMean), 32, maxHidden). Default 0.75. */
   widthFactor?: number;
   maxHidden?: number; // default 256
   /**
    * Share of the training tokens held out of fitting to choose each layer's threshold (the
-   * largest with recall ≥ targetRecall on them). 0 (default): chosen on the fitting tokens,
-   * which overstates recall when the predictor overfits (many epochs, few tokens).
+   * largest with recall ≥ targetRecall on them). mlp: default 0, chosen on the fitting tokens,
+   * which overstates recall when the predictor overfits (many epochs, few tokens). linear:
+   * default 0.15.
    */
   calibrationFraction?: number;
-  /** Total predictor parameters must stay ≤ sizeBudget · FFN parameters (3·nEmbd·nFF per layer); the widest layers shrink by 32 until they do. Default 0.1. */
+  /**
+   * mlp: total predictor parameters ≤ sizeBudget · FFN parameters (3·nEmbd·nFF per layer; the
+   * widest layers shrink by 32 until they do), default 0.1. linear: each layer's predictor bytes
+   * ≤ sizeBudget · that layer's FFN bytes as stored, default 0.15.
+   */
   sizeBudget?: number;
   /** Use at most this many training tokens (after the split). */
   maxTrainTokens?: number;
@@ -135,6 +64,9 @@ export interface PredictorResult {
   trainTokens: number;
   evalTokens: number;
   options: Required<Omit<TrainOptions, "onProgress" | "signal" | "maxTrainTokens">>;
+  /** linear: predictor bytes read per token and the dense FFN's, all layers. */
+  predictorBytes?: number;
+  ffnBytes?: number;
   meanRecall: number;
   collectMs: number;
   trainMs: number;
@@ -180,7 +112,11 @@ function calibrateThreshold(fc1: number, fc2: number, nEmbd: number, hidden: num
  * Deterministic for given tokens and options.
  */
 export function trainPredictors(model: Model, tokens: readonly number[], opts: TrainOptions = {}): PredictorResult {
+  const form = opts.form ?? "linear";
+  if (form !== "linear" && form !== "mlp") throw new RangeError(`form must be "linear" or "mlp", got ${String(form)}`);
   const o = {
+    form,
+    maxRank: opts.maxRank ?? Math.min(256, model.config.nEmbd),
     trainFraction: opts.trainFraction ?? 0.8,
     window: opts.window ?? 256,
     epochs: opts.epochs ?? 3,
@@ -190,8 +126,8 @@ export function trainPredictors(model: Model, tokens: readonly number[], opts: T
     targetRecall: opts.targetRecall ?? 0.998,
     widthFactor: opts.widthFactor ?? 0.75,
     maxHidden: opts.maxHidden ?? 256,
-    sizeBudget: opts.sizeBudget ?? 0.1,
-    calibrationFraction: opts.calibrationFraction ?? 0,
+    sizeBudget: opts.sizeBudget ?? (form === "linear" ? 0.15 : 0.1),
+    calibrationFraction: opts.calibrationFraction ?? (form === "linear" ? 0.15 : 0),
   };
   if (!(o.calibrationFraction >= 0 && o.calibrationFraction < 1)) throw new RangeError(`calibrationFraction must be in [0, 1), got ${o.calibrationFraction}`);
   const { nLayer, nEmbd, nFF } = model.config;
@@ -200,6 +136,7 @@ export function trainPredictors(model: Model, tokens: readonly number[], opts: T
   let trainToks = tokens.slice(0, cut);
   if (opts.maxTrainTokens !== undefined) trainToks = trainToks.slice(0, opts.maxTrainTokens);
   const evalToks = tokens.slice(cut);
+  if (o.form === "linear") return trainLinear(model, trainToks, evalToks, o, opts);
   const t0 = performance.now();
   const tr = collectActivations(model, trainToks, { window: o.window, signal: opts.signal, onProgress: (d, t) => opts.onProgress?.("collect-train", d, t) });
   let ev: Collected | undefined;
@@ -275,16 +212,75 @@ export function trainPredictors(model: Model, tokens: readonly number[], opts: T
   }
 }
 
-/** Per-layer table for printing. */
-export function formatReport(r: PredictorResult): string {
-  const lines = ["layer hidden  params   thresh   recall  precision  pred-active  true-active  train-recall  train-ms"];
-  for (const l of r.report)
-    lines.push(
-      `${String(l.layer).padStart(5)} ${String(l.hidden).padStart(6)} ${String(l.params).padStart(7)} ${l.threshold.toFixed(3).padStart(8)} ${l.recall.toFixed(4).padStart(8)} ${l.precision.toFixed(4).padStart(10)} ${l.predictedActiveFrac.toFixed(4).padStart(12)} ${l.trueActiveFrac.toFixed(4).padStart(12)} ${l.trainRecall.toFixed(4).padStart(13)} ${l.trainMs.toFixed(0).padStart(9)}`,
-    );
-  lines.push(
-    `mean recall ${r.meanRecall.toFixed(4)}; predictor params ${r.predictorParams} = ${((100 * r.predictorParams) / r.ffnParams).toFixed(2)}% of FFN params ${r.ffnParams}; train ${r.trainTokens} tokens, eval ${r.evalTokens} tokens`,
-  );
-  return lines.join("\n");
+function trainLinear(model: Model, trainToks: readonly number[], evalToks: readonly number[], o: PredictorResult["options"], opts: TrainOptions): PredictorResult {
+  const { nLayer, nEmbd, nFF } = model.config;
+  if (!(o.calibrationFraction > 0 && o.calibrationFraction < 1)) throw new RangeError(`a linear predictor needs calibration tokens: calibrationFraction must be in (0, 1), got ${o.calibrationFraction}`);
+  const nCal = Math.max(1, Math.floor(trainToks.length * o.calibrationFraction));
+  const fitToks = trainToks.slice(0, trainToks.length - nCal);
+  const calToks = trainToks.slice(trainToks.length - nCal);
+  if (fitToks.length < nEmbd) {
+    process.emitWarning(`train-predictor: ${fitToks.length} fitting tokens for an input of ${nEmbd} dimensions; the fit is underdetermined (use a corpus of several times n_embd tokens)`);
+  }
+  const t0 = performance.now();
+  const collect = (toks: readonly number[], phase: "collect-train" | "collect-eval") =>
+    collectActivations(model, toks, { window: o.window, input: "xb", signal: opts.signal, onProgress: (d, t) => opts.onProgress?.(phase, d, t) });
+  const done: Collected[] = [];
+  try {
+    const fit = collect(fitToks, "collect-train");
+    done.push(fit);
+    const cal = collect(calToks, "collect-train");
+    done.push(cal);
+    const ev = collect(evalToks, "collect-eval");
+    done.push(ev);
+    const collectMs = performance.now() - t0;
+    const t1 = performance.now();
+    const r = fitLinearPredictors(model, fit, cal, ev, {
+      maxRank: o.maxRank,
+      targetRecall: o.targetRecall,
+      sizeBudget: o.sizeBudget,
+      seed: o.seed,
+      onLayer: (l) => {
+        opts.signal?.throwIfAborted();
+        opts.onProgress?.("train", l, nLayer);
+      },
+    });
+    opts.onProgress?.("train", nLayer, nLayer);
+    const predictorParams = r.report.reduce((s, l) => s + l.params, 0);
+    return {
+      nLayer,
+      nEmbd,
+      nFF,
+      layers: r.layers,
+      report: r.report,
+      predictorParams,
+      ffnParams: 3 * nEmbd * nFF * nLayer,
+      trainTokens: fit.nTok + cal.nTok,
+      evalTokens: ev.nTok,
+      options: o,
+      meanRecall: r.report.reduce((s, l) => s + l.recall, 0) / Math.max(1, nLayer),
+      collectMs,
+      trainMs: performance.now() - t1,
+      predictorBytes: r.predictorBytes,
+      ffnBytes: r.ffnBytes,
+    };
+  } finally {
+    for (const c of done) c.dispose();
+  }
 }
 
+/** Per-layer table for printing. */
+export function formatReport(r: PredictorResult): string {
+  const lines = ["layer  width  params   recall  precision  flagged/fired  pred-active  true-active  cal/train-recall  ms"];
+  for (const l of r.report)
+    lines.push(
+      `${String(l.layer).padStart(5)} ${String(l.hidden).padStart(6)} ${String(l.params).padStart(7)} ${l.recall.toFixed(4).padStart(8)} ${l.precision.toFixed(4).padStart(10)} ${(l.trueActiveFrac > 0 ? l.predictedActiveFrac / l.trueActiveFrac : 0).toFixed(2).padStart(14)} ${l.predictedActiveFrac.toFixed(4).padStart(12)} ${l.trueActiveFrac.toFixed(4).padStart(12)} ${l.trainRecall.toFixed(4).padStart(17)} ${l.trainMs.toFixed(0).padStart(5)}`,
+    );
+  const flagged = r.report.reduce((s, l) => s + l.predictedActiveFrac, 0);
+  const fired = r.report.reduce((s, l) => s + l.trueActiveFrac, 0);
+  const size =
+    r.predictorBytes !== undefined && r.ffnBytes
+      ? `predictor ${(r.predictorBytes / 2 ** 20).toFixed(2)} MiB read per token = ${((100 * r.predictorBytes) / r.ffnBytes).toFixed(1)}% of the dense FFN's ${(r.ffnBytes / 2 ** 20).toFixed(1)} MiB`
+      : `predictor params ${r.predictorParams} = ${((100 * r.predictorParams) / r.ffnParams).toFixed(2)}% of FFN params ${r.ffnParams}`;
+  lines.push(`${r.options.form}: mean recall ${r.meanRecall.toFixed(4)}, flagged/fired ${(fired > 0 ? flagged / fired : 0).toFixed(2)}; ${size}; train ${r.trainTokens} tokens, eval ${r.evalTokens} tokens`);
+  return lines.join("\n");
+}

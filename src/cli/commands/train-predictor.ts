@@ -7,12 +7,15 @@ import { reluModelAndCorpus } from "../corpus.js";
 import { progressBar } from "../progress.js";
 
 export const trainPredictor: Command = {
-  summary: "train per-layer activation predictors fc2(relu(fc1(x))) in native code on collected activations",
-  usage: "neuronpipe train-predictor [--model PATH] [--corpus FILE|DIR] [--out PATH] [--epochs 3] [--target-recall 0.998]",
+  summary: "fit per-layer activation predictors (low-rank linear, closed form; or PowerInfer's MLP) on collected activations",
+  usage: "neuronpipe train-predictor [--model PATH] [--corpus FILE|DIR] [--out PATH] [--form linear|mlp] [--max-rank 256] [--target-recall 0.998]",
   options: {
     model: { type: "string", short: "m" },
     corpus: { type: "string", short: "c" },
     out: { type: "string", short: "o" },
+    form: { type: "string" },
+    "max-rank": { type: "string" },
+    "size-budget": { type: "string" },
     epochs: { type: "string" },
     "target-recall": { type: "string" },
     "train-fraction": { type: "string" },
@@ -28,13 +31,16 @@ export const trainPredictor: Command = {
     model: "GGUF model (default: the default model)",
     corpus: "text file or directory (default: the bundled held-out text); the first --train-fraction trains, the rest evaluates",
     out: "output file (default: MODEL.predictor.gguf next to the model)",
-    epochs: "passes over the training activations (default 3)",
-    "target-recall": "each layer's threshold is the largest reaching this recall on the training split (default 0.998)",
+    form: "linear (default): fc2·fc1·x̂ estimates the gate pre-activations through a low-rank bottleneck, per-neuron margins, fitted in closed form; mlp: PowerInfer's fc2·relu(fc1·x), trained with Adam",
+    "max-rank": "linear: the largest rank tried, a multiple of 32 (default min(256, n_embd)); each layer takes the rank that reads the fewest bytes per token",
+    "size-budget": "linear: a layer's predictor bytes ≤ this share of its FFN bytes (default 0.15); mlp: of its FFN parameters (default 0.1)",
+    epochs: "mlp: passes over the training activations (default 3)",
+    "target-recall": "recall the thresholds reach on the calibration tokens (linear) or the training split (mlp); default 0.998",
     "train-fraction": "share of the corpus tokens used for training (default 0.8)",
-    calibration: "share of the training tokens held out of fitting to choose the thresholds (default 0: chosen on the fitting tokens)",
-    "max-hidden": "upper bound of a layer's hidden width (default 256; the width is 0.75 × active neurons per token, rounded to 32)",
+    calibration: "share of the training tokens held out of fitting to choose the thresholds (linear: default 0.15; mlp: default 0, chosen on the fitting tokens)",
+    "max-hidden": "mlp: upper bound of a layer's hidden width (default 256; the width is 0.75 × active neurons per token, rounded to 32)",
     "max-tokens": "use at most N corpus tokens",
-    seed: "initialisation and shuffling seed (default 1); training is deterministic",
+    seed: "seed of the subspace iteration (linear) or of initialisation and shuffling (mlp), default 1; training is deterministic",
     threads: "compute threads for the collection passes",
     json: "print the report as JSON",
   },
@@ -47,7 +53,12 @@ export const trainPredictor: Command = {
     const out = (v.out as string | undefined) ?? `${path}.predictor.gguf`;
     try {
       const bars: Record<string, (d: number, t: number) => void> = {};
+      const form = v.form as string | undefined;
+      if (form !== undefined && form !== "linear" && form !== "mlp") throw new RangeError(`--form must be linear or mlp, got ${form}`);
       const r = trainPredictors(model, tokens, {
+        form: form as "linear" | "mlp" | undefined,
+        maxRank: num(v["max-rank"], "max-rank", { int: true, min: 32 }),
+        sizeBudget: num(v["size-budget"], "size-budget", { min: 0 }),
         epochs,
         targetRecall,
         trainFraction,
@@ -61,7 +72,7 @@ export const trainPredictor: Command = {
         corpus,
         modelFingerprint: modelFingerprint(path, model.file),
       });
-      if (v.json) process.stdout.write(JSON.stringify({ out, report: r.report, meanRecall: r.meanRecall, predictorParams: r.predictorParams, ffnParams: r.ffnParams }) + "\n");
+      if (v.json) process.stdout.write(JSON.stringify({ out, form: r.options.form, report: r.report, meanRecall: r.meanRecall, predictorParams: r.predictorParams, ffnParams: r.ffnParams, predictorBytes: r.predictorBytes, ffnBytes: r.ffnBytes }) + "\n");
       else process.stdout.write(`${formatReport(r)}\nwrote ${out}\n`);
     } finally {
       model.dispose();
