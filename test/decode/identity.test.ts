@@ -2,7 +2,10 @@
 // inline (formerly "sync"), pipeline, blocking — produces the same greedy token ids as the build
 // from before the change did, on the default model and on a synthetic Q4_0 model, at budgets
 // holding 100%, 50% and 25% of the FFN. The expected ids were written by the old build
-// (test/fixtures/record-decoder-tokens.mjs, run on commit fe72fd7), not by this code.
+// (test/fixtures/record-decoder-tokens.mjs, run on commit fe72fd7), not by this code. The packs
+// hold the predictors of that recording: PowerInfer's MLP form, then the default (the default
+// model's shipped predictor of that commit is test/fixtures/default-mlp.predictor.gguf; the
+// synthetic model's is trained with --form mlp).
 import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -50,13 +53,13 @@ async function quietly<T>(f: () => Promise<T>): Promise<T> {
 }
 
 beforeAll(async () => {
-  await quietly(() => writePack(defaultModel, files.default!.pack, { profile: `${defaultModel}.profile.gguf`, predictor: `${defaultModel}.predictor.gguf` }));
+  await quietly(() => writePack(defaultModel, files.default!.pack, { profile: `${defaultModel}.profile.gguf`, predictor: join(import.meta.dirname, "..", "fixtures", "default-mlp.predictor.gguf") }));
   const heldout = join(root, "models", "heldout.txt");
   // the same commands the recording ran: synth, profile and train-predictor are seeded and deterministic
   const steps = [
     [...cases.synth, "--out", synth],
     ["profile", "--model", synth, "--corpus", heldout, "--max-tokens", "1024", "--out", `${synth}.profile.gguf`],
-    ["train-predictor", "--model", synth, "--corpus", heldout, "--max-tokens", "3000", "--out", `${synth}.predictor.gguf`],
+    ["train-predictor", "--model", synth, "--corpus", heldout, "--max-tokens", "3000", "--form", "mlp", "--out", `${synth}.predictor.gguf`],
     ["pack", "--model", synth, "--profile", `${synth}.profile.gguf`, "--predictor", `${synth}.predictor.gguf`, "--out", files.synthetic!.pack],
   ];
   for (const s of steps) expect(await quietly(() => main(s)), s.join(" ")).toBe(0);

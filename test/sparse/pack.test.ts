@@ -23,7 +23,7 @@ import { PackError, type Pack } from "../../src/sparse/pack/format.js";
 import { modelFingerprint } from "../../src/sparse/pack/fingerprint.js";
 import { profileActivations } from "../../src/tools/profile.js";
 import { readProfile, writeProfile } from "../../src/sparse/profile-file.js";
-import { readPredictors } from "../../src/sparse/predictor-file.js";
+import { readPredictors, type LinearPredictor, type MlpPredictor } from "../../src/sparse/predictor-file.js";
 import { synthModel } from "../../src/tools/synth/synth.js";
 
 const root = join(import.meta.dirname, "..", "..");
@@ -276,7 +276,7 @@ describe.each([0, 1, 2])("pack case %i", (ci) => {
     const nL = pack.config.nLayer;
     const expected = new Set([
       ...fixed.map((t) => t.name),
-      ...Array.from({ length: nL }, (_, l) => [`blk.${l}.ffn_bundles`, `blk.${l}.ffn_order`, `blk.${l}.act_count`, ...(c.predictor ? [`blk.${l}.fc1.weight`, `blk.${l}.fc2.weight`] : [])]).flat(),
+      ...Array.from({ length: nL }, (_, l) => [`blk.${l}.ffn_bundles`, `blk.${l}.ffn_order`, `blk.${l}.act_count`, ...(c.predictor ? [`blk.${l}.fc1.weight`, `blk.${l}.fc2.weight`, ...(readPredictors(c.predictor).layers[l]!.form === "linear" ? [`blk.${l}.fc2.threshold`] : [])] : [])]).flat(),
     ]);
     expect(new Set(pack.file.tensors.map((t) => t.name))).toEqual(expected);
     for (const [k, v] of src.metadata) {
@@ -290,9 +290,70 @@ describe.each([0, 1, 2])("pack case %i", (ci) => {
   });
 });
 
-it("fc2 is permuted into pack order: pack scores at position p equal the original predictor's score for neuron order[p]", () => {
+it("linear predictor: fc1 as trained, fc2 rows and per-neuron thresholds permuted into pack order: pack scores at position p equal the original's for neuron order[p]", () => {
   const pack = openPack(cases[0]!.pack);
   const orig = readPredictors(defPredictor);
+  const n = native();
+  const { nEmbd, nFF } = pack.config;
+  const nTok = 5;
+  const x = Float32Array.from({ length: nTok * nEmbd }, (_, i) => Math.sin(i * 0.37) * 2);
+  const put = (a: Uint8Array) => {
+    const id = n.alloc(a.byteLength);
+    n.viewU8(id, 0, a.length).set(a);
+    return id;
+  };
+  const xb = put(new Uint8Array(x.buffer));
+  const ids = [xb];
+  try {
+    for (let l = 0; l < pack.config.nLayer; l++) {
+      const P = pack.predictor![l]!;
+      const O = orig.layers[l] as LinearPredictor;
+      expect(P.form).toBe("linear");
+      expect(O.form).toBe("linear");
+      expect([P.hidden, P.type]).toEqual([O.hidden, O.type]);
+      // the stored bytes, read back from the pack file
+      const raw = (off: number, len: number) => Uint8Array.from(readFileSync(cases[0]!.pack).subarray(off, off + len));
+      const fc1 = raw(P.fc1Offset, P.fc1Bytes);
+      const fc2 = raw(P.fc2Offset, P.fc2Bytes);
+      expect(Buffer.from(fc1).equals(Buffer.from(O.fc1))).toBe(true);
+      const order = pack.layers[l]!.order;
+      for (let p = 0; p < nFF; p++) expect(P.thresholds![p]).toBe(O.thresholds[order[p]!]);
+      const score = (a1: Uint8Array, a2: Uint8Array) => {
+        const [a, b, h, out] = [put(a1), put(a2), n.alloc(P.hidden * 4), n.alloc(nTok * nFF * 4)];
+        ids.push(a, b, h, out);
+        for (let t = 0; t < nTok; t++) {
+          n.matvec(P.type, a, 0, P.hidden, nEmbd, xb, t * nEmbd * 4, h, 0);
+          n.matvec(P.type, b, 0, nFF, P.hidden, h, 0, out, t * nFF * 4);
+        }
+        return n.viewF32(out, 0, nTok * nFF);
+      };
+      const sp = score(fc1, fc2);
+      const so = score(O.fc1, O.fc2);
+      for (let t = 0; t < nTok; t++) for (let p = 0; p < nFF; p++) expect(sp[t * nFF + p]).toBe(so[t * nFF + order[p]!]);
+      // the dequantised view the pack offers equals the stored rows
+      const rb = n.rowBytes(P.type, P.hidden);
+      const tmp = n.alloc(P.hidden * 4);
+      ids.push(tmp);
+      const src = put(fc2);
+      ids.push(src);
+      for (const p of [0, 7, nFF - 1]) {
+        n.dequantizeRow(P.type, src, 0, P.hidden, p, tmp, 0);
+        expect(Array.from(P.fc2.subarray(p * P.hidden, (p + 1) * P.hidden))).toEqual(Array.from(n.viewF32(tmp, 0, P.hidden)));
+      }
+      expect(rb * nFF).toBe(P.fc2Bytes);
+    }
+  } finally {
+    for (const id of ids) n.free(id);
+  }
+  expect(pack.file.metadata.get("neuronpipe.predictor.threshold")).toBeUndefined();
+});
+
+it("mlp predictor (PowerInfer's form): fc2 is permuted into pack order: pack scores at position p equal the original predictor's score for neuron order[p]", async () => {
+  const mlpPredictor = join(import.meta.dirname, "..", "fixtures", "default-mlp.predictor.gguf");
+  const path = join(dir, "default-mlp.pack.gguf");
+  await writePack(defModel, path, { profile: defProfile, predictor: mlpPredictor });
+  const pack = openPack(path);
+  const orig = readPredictors(mlpPredictor);
   const n = native();
   const { nEmbd, nFF } = pack.config;
   const nTok = 5;
@@ -307,7 +368,8 @@ it("fc2 is permuted into pack order: pack scores at position p equal the origina
   try {
     for (let l = 0; l < pack.config.nLayer; l++) {
       const P = pack.predictor![l]!;
-      const O = orig.layers[l]!;
+      const O = orig.layers[l] as MlpPredictor;
+      expect(P.form).toBe("mlp");
       expect(P.hidden).toBe(O.hidden);
       expect(P.threshold).toBe(O.threshold);
       expect(Array.from(P.fc1)).toEqual(Array.from(O.fc1));
@@ -326,7 +388,7 @@ it("fc2 is permuted into pack order: pack scores at position p equal the origina
     for (const id of ids) n.free(id);
   }
   const thr = pack.file.metadata.get("neuronpipe.predictor.threshold")!.value as Float32Array;
-  expect(Array.from(thr)).toEqual(orig.layers.map((l) => Math.fround(l.threshold)));
+  expect(Array.from(thr)).toEqual(orig.layers.map((l) => Math.fround((l as MlpPredictor).threshold)));
 });
 
 it("modelFingerprint is sha256 over size, header and each tensor's first 4096 bytes; profile/predictor files carry it", async () => {

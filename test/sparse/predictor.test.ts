@@ -8,7 +8,7 @@ import { afterAll, expect, it } from "vitest";
 import { loadModel } from "../../src/index.js";
 import { native } from "../../src/native.js";
 import { collectActivations, formatReport, trainPredictors } from "../../src/tools/train-predictor.js";
-import { readPredictors, writePredictors } from "../../src/sparse/predictor-file.js";
+import { readPredictors, writePredictors, type MlpPredictor } from "../../src/sparse/predictor-file.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const dir = mkdtempSync(join(tmpdir(), "np-predictor-"));
@@ -113,13 +113,13 @@ it("the trainer learns a known random predictor's rule to recall ≥ 0.99", () =
   }
 });
 
-it("default model: held-out recall ≥ 0.99 at ≤ 10% of FFN parameters; deterministic; the file round-trips", async () => {
+it("default model, mlp form: held-out recall ≥ 0.99 at ≤ 10% of FFN parameters; deterministic; the file round-trips", async () => {
   const b = readFileSync(join(root, "tools", "train", "out", "reference", "heldout.u16"));
   const tokens = Array.from(new Uint16Array(b.buffer, b.byteOffset, b.length / 2));
   const model = await loadModel(join(root, "models", "neuronpipe-default.gguf"));
   try {
     // train on (at most 40k tokens of) the first 80%, evaluate on the last 20% (22,654 tokens)
-    const res = trainPredictors(model, tokens, { maxTrainTokens: 40000, epochs: 2, lr: 3e-3, widthFactor: 0.75, targetRecall: 0.998 });
+    const res = trainPredictors(model, tokens, { form: "mlp", maxTrainTokens: 40000, epochs: 2, lr: 3e-3, widthFactor: 0.75, targetRecall: 0.998 });
     console.log(`[predictor] default model (collect ${(res.collectMs / 1000).toFixed(1)} s, train ${(res.trainMs / 1000).toFixed(1)} s)\n${formatReport(res)}`);
     expect(res.evalTokens).toBe(tokens.length - Math.floor(tokens.length * 0.8));
     expect(res.meanRecall).toBeGreaterThanOrEqual(0.99);
@@ -131,11 +131,14 @@ it("default model: held-out recall ≥ 0.99 at ≤ 10% of FFN parameters; determ
     const back = readPredictors(path);
     expect(back.nEmbd).toBe(res.nEmbd);
     expect(back.nFF).toBe(res.nFF);
-    back.layers.forEach((l, i) => {
-      expect(l.hidden).toBe(res.layers[i]!.hidden);
-      expect(l.threshold).toBe(res.layers[i]!.threshold);
-      expect(Buffer.from(l.fc1.buffer).equals(Buffer.from(res.layers[i]!.fc1.buffer))).toBe(true);
-      expect(Buffer.from(l.fc2.buffer).equals(Buffer.from(res.layers[i]!.fc2.buffer))).toBe(true);
+    back.layers.forEach((bl, i) => {
+      const l = bl as MlpPredictor;
+      const o = res.layers[i] as MlpPredictor;
+      expect(l.form).toBeUndefined();
+      expect(l.hidden).toBe(o.hidden);
+      expect(l.threshold).toBe(o.threshold);
+      expect(Buffer.from(l.fc1.buffer).equals(Buffer.from(o.fc1.buffer))).toBe(true);
+      expect(Buffer.from(l.fc2.buffer).equals(Buffer.from(o.fc2.buffer))).toBe(true);
     });
     expect(() => readPredictors(join(root, "models", "neuronpipe-default.gguf"))).toThrow(/no predictor tensors/);
 
@@ -163,7 +166,7 @@ it("default model: held-out recall ≥ 0.99 at ≤ 10% of FFN parameters; determ
   }
 }, 180_000);
 
-it("--calibration: thresholds chosen on held-out training rows keep the recall target on unseen tokens where training-set thresholds overstate it", async () => {
+it("mlp --calibration: thresholds chosen on held-out training rows keep the recall target on unseen tokens where training-set thresholds overstate it", async () => {
   // an over-trained predictor (many epochs, few tokens) on a planted-sparsity model with predictable gates
   const path = join(dir, "calib.gguf");
   const w = process.stderr.write.bind(process.stderr);
@@ -176,8 +179,8 @@ it("--calibration: thresholds chosen on held-out training rows keep the recall t
   const text = readFileSync(join(root, "models", "heldout.txt"), "utf8").slice(0, 80000);
   const tokens = model.tokenizer.encode(text).slice(0, 5000);
   const target = 0.99;
-  const plain = trainPredictors(model, tokens, { epochs: 12, targetRecall: target });
-  const calibrated = trainPredictors(model, tokens, { epochs: 12, targetRecall: target, calibrationFraction: 0.2 });
+  const plain = trainPredictors(model, tokens, { form: "mlp", epochs: 12, targetRecall: target });
+  const calibrated = trainPredictors(model, tokens, { form: "mlp", epochs: 12, targetRecall: target, calibrationFraction: 0.2 });
   model.dispose();
   // both reach the target on the rows that chose their threshold …
   expect(plain.report[0]!.trainRecall).toBeGreaterThanOrEqual(target);
