@@ -105,8 +105,10 @@ export function cacheActor(o: CacheActorOptions) {
         // the scheduler's bookkeeping, on the timeline (it is the orchestration between kernels and reads)
         if (t && (req.type === "cache.plan" || req.type === "cache.updown")) t.span({ lane: "scheduler", name: "plan", t0, t1: nowUs(), token: o.token(), layer: req.layer, ...(req.type === "cache.updown" ? { cluster: req.cluster, neurons: req.nA } : { neurons: req.nP }) });
       } catch (e) {
-        if ("replyTo" in req) reply(req.replyTo, { type: "cache.error", error: `neuron cache: ${(e as Error)?.message ?? String(e)}` });
-        else throw e;
+        // a request without a reply address came from the token machine too: it fails the token
+        // (thrown, it would escape the actor system as an uncaught error)
+        const msg = (e as Error)?.message ?? String(e);
+        reply("replyTo" in req ? req.replyTo : PIPELINE_IDS.token, { type: "cache.error", error: msg.startsWith("neuron cache") ? msg : `neuron cache: ${msg}` });
       }
     });
 

@@ -145,6 +145,36 @@ describe("modes on one pack, 50% of the FFN offloaded", () => {
     expect(got[0]).toEqual(dense);
   }, 120_000);
 
+  it("every mode decodes at every budget from the smallest workable one (as the refusal names it) to the whole FFN: oracle gives the dense tokens, trained the same tokens at every budget", async () => {
+    // the hot region's prefetch once took frames the lease did not count: at the smallest
+    // budgets (one or two hot frames) the pipeline then found no frame free
+    for (const predictor of ["oracle", "trained"] as const) {
+      const refusal = await loadSparseModel(packPath, { memory: "4MiB", predictor, contextSize: ctx }).then(
+        () => "",
+        (e: Error) => e.message,
+      );
+      const smallest = Number(/the smallest workable budget is [^(]*\((\d+) bytes\)/.exec(refusal)?.[1]);
+      expect(smallest, refusal).toBeGreaterThan(4 * 2 ** 20);
+      const budgets = [smallest, smallest + 2 ** 19, smallest + 2 ** 20, smallest + 2 * 2 ** 20, budget(0.25, predictor === "trained"), budget(0.5, predictor === "trained"), budget(1, predictor === "trained")];
+      let reference: number[] | undefined = predictor === "oracle" ? dense.slice(0, 24) : undefined;
+      for (const memory of budgets) {
+        for (const engine of ["pipeline", "blocking", "inline"] as const) {
+          const m = await loadSparseModel(packPath, { memory, predictor, decoder: engine, contextSize: ctx });
+          try {
+            const r = await generate(m, 24);
+            expect(r.error, `${predictor} ${engine} at ${memory} bytes`).toBeUndefined();
+            reference ??= r.ids;
+            expect(r.ids, `${predictor} ${engine} at ${memory} bytes`).toEqual(reference);
+          } finally {
+            await closeModel(m);
+          }
+        }
+      }
+      // the trained predictor misses a few neurons, yet here it keeps dense's greedy tokens
+      expect(reference).toEqual(dense.slice(0, 24));
+    }
+  }, 300_000);
+
   it("trained predictor: a second generation on the same session (prefill after decoding) decodes the same tokens again", async () => {
     for (const engine of ["pipeline", "blocking"] as const) {
       const m = await load(engine, "trained");

@@ -403,6 +403,9 @@ export class NeuronCache {
     for (const q of this.hotOrder[layer]!) {
       if (done === maxClusters) break;
       if (this.frameOf[base + q]! >= 0) continue;
+      // a prefetched cluster is in flight in this lease: it counts against the frames the lease may take
+      if (this.framesUsed === this.plan.hotFrames) break;
+      this.framesUsed++;
       const f = this.loadCluster(layer, q);
       this.frameUse[f] = ++this.tick;
       done++;
