@@ -247,8 +247,9 @@ function summary(engine, m, extra = {}) {
 /** neuronpipe on the pack with a memory budget: pipeline, blocking or sync (inline). */
 async function childNeuronpipe() {
   const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
-  const { TraceRecorder } = np;
   const { traceStats } = await import(pathToFileURL(join(rootDir, "dist", "src", "trace-tools", "stats.js")).href);
+  const { tokenBudget, formatBudget } = await import(pathToFileURL(join(rootDir, "dist", "src", "trace-tools", "budget.js")).href);
+  const { cachedMachine } = await import(pathToFileURL(join(rootDir, "dist", "src", "tools", "machine.js")).href);
   const { traceSvg } = await import(pathToFileURL(join(rootDir, "dist", "src", "trace-tools", "plot.js")).href);
   const engine = v.engine ?? "pipeline";
   const t0 = performance.now();
@@ -275,7 +276,7 @@ async function childNeuronpipe() {
     loadSeconds,
     hooks: {
       start: () => {
-        trace = engine === "sync" ? undefined : new TraceRecorder({ mode: engine, model: v.model, threads: {} });
+        trace = model.createTrace();
       },
       first: () => model.sparse.resetStats(), // count decode passes only, not the prompt's
       end: (i) => {
@@ -286,6 +287,12 @@ async function childNeuronpipe() {
         if (trace) {
           const st = traceStats(trace.records);
           pipeline = { latencyMs: st.latencyMs, ioHiddenShare: st.ioHiddenShare, orchestrationShare: st.orchestrationShare, ioMs: st.ioUs / 1000, computeMs: st.computeUs / 1000 };
+          const machine = cachedMachine();
+          const budget = machine && tokenBudget(trace.records, machine);
+          if (budget) {
+            pipeline.timeBudget = budget.rows;
+            if (i === 0) log(formatBudget(budget));
+          }
         }
         return {
           pipeline,
@@ -343,9 +350,12 @@ async function childDense() {
   const loadSeconds = (performance.now() - t0) / 1000;
   log(`neuronpipe (${decoder}): loaded in ${loadSeconds.toFixed(1)} s`);
   const s = model.createSession({ contextSize: ctx });
+  const { tokenBudget, formatBudget } = await import(pathToFileURL(join(rootDir, "dist", "src", "trace-tools", "budget.js")).href);
+  const { cachedMachine } = await import(pathToFileURL(join(rootDir, "dist", "src", "tools", "machine.js")).href);
+  let trace;
   const generate = async (n, onToken) => {
     s.reset();
-    const it = s.generate(PROMPT, { maxTokens: n, temperature: 0 });
+    const it = s.generate(PROMPT, { maxTokens: n, temperature: 0, trace });
     const toks = [];
     let r;
     while (!(r = await it.next()).done) {
@@ -354,8 +364,21 @@ async function childDense() {
     }
     return toks;
   };
-  const m = await measure(generate, { loadSeconds });
-  const out = summary(`neuronpipe ${decoder}`, m);
+  const budgets = [];
+  const m = await measure(generate, {
+    loadSeconds,
+    hooks: {
+      start: () => (trace = model.createTrace()),
+      end: (i) => {
+        const machine = cachedMachine();
+        const b = machine && tokenBudget(trace.records, machine);
+        if (b && i === 0) log(formatBudget(b));
+        budgets[i] = b?.rows;
+      },
+    },
+  });
+  const order = m.reps.map((r, i) => [r.tokensPerSecond, i]).sort((a, b) => a[0] - b[0]);
+  const out = summary(`neuronpipe ${decoder}`, m, { timeBudget: budgets[order[(order.length - 1) >> 1]?.[1] ?? 0] });
   s.dispose();
   model.dispose();
   return out;
@@ -571,6 +594,21 @@ if (only) for (const id of only) if (!plan.some((p) => p[0] === id) && id !== "l
 if (only?.includes("llama-prebuilt-limited") && !v["prebuilt-limited"])
   plan.push(["llama-prebuilt-limited", `llama.cpp prebuilt (repacked weights are anonymous memory), memory cgroup ${fmt(peerLimit)}`, "llama.cpp", ["--model", model, "--peer", "prebuilt"], limited(model)]);
 
+// the bounds of the per-token time budget: this machine's memory and storage, measured once
+// (the children read them from the cache), on the pack's storage, under the lock
+const { cachedMachine, measureMachine } = await import(pathToFileURL(join(rootDir, "dist", "src", "tools", "machine.js")).href);
+let machineBounds = cachedMachine();
+if (!machineBounds?.disk) {
+  const lockFile = v.lock ?? process.env.NEURONPIPE_CPU_LOCK;
+  const held = lockFile ? await acquireLock(lockFile) : undefined;
+  try {
+    log("measuring this machine's memory and storage bandwidth (neuronpipe machine) …");
+    machineBounds = measureMachine({ diskFile: pack });
+  } finally {
+    held?.release();
+  }
+}
+
 const t0 = performance.now();
 const results = [];
 for (const [id, setting, kind, args, opts] of plan) {
@@ -581,7 +619,7 @@ for (const [id, setting, kind, args, opts] of plan) {
 
 const record = {
   date: new Date().toISOString(),
-  machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory: os.totalmem(), node: process.version },
+  machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory: os.totalmem(), node: process.version, bounds: machineBounds },
   model: { file: model, pack, shape: "llama2-7b", type: "Q4_0", planted: "active 10%, hot 20% → 80%, gate rank 64" },
   threads,
   decodeTokens: decode,

@@ -130,6 +130,9 @@ export interface NativeAddon {
    */
   attention(kvType: number, q: number, qOff: number, kCache: number, kOff: number, vCache: number, vOff: number, ctx: number, nHead: number, nHeadKv: number, headDim: number, pos0: number, nTok: number, out: number, outOff: number): void;
 
+  /** Memory read bandwidth probe: sums `bytes` (a multiple of 64) of buffer `buf` as u64 words on up to `threads` threads; returns the sum's low 48 bits. */
+  readBandwidth(buf: number, bytes: number, threads: number): number;
+
   // ---- direct-I/O loader (native/src/io) ------------------------------------------
   /**
    * Open a file for batched reads. backend "uring" (io_uring, needs a liburing build and a

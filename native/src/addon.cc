@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <napi.h>
@@ -406,6 +407,32 @@ Napi::Value Matvec(const Napi::CallbackInfo& info) {
   return Undef(info);
 }
 
+// The memory read bandwidth probe (`neuronpipe machine`): sums `bytes` of a buffer as 64-bit
+// words on up to `threads` pool threads in 1 MiB chunks. Returns the sum's low 48 bits, so the
+// loads cannot be optimised away; chunk sums are added in chunk order.
+Napi::Value ReadBandwidth(const Napi::CallbackInfo& info) {
+  Ctx c{info, "readBandwidth", {}};
+  c.argc(3);
+  const int64_t bytes = c.idx(1, "bytes"), threads = c.idx(2, "threads");
+  if (bytes % 64 != 0) c.rangeErr("bytes " + std::to_string(bytes) + " is not a multiple of 64");
+  if (threads < 1 || threads > np::kMaxThreads) c.rangeErr("threads " + std::to_string(threads) + " out of range 1.." + std::to_string(np::kMaxThreads));
+  const uint8_t* p = c.span(0, "buffer", 0, (double)bytes, 64);
+  constexpr int64_t kChunk = 1 << 20;
+  const int64_t n = (bytes + kChunk - 1) / kChunk;
+  std::vector<uint64_t> sums((size_t)n, 0);
+  np::poolRun(n, (int)threads, [&](int64_t k) {
+    const uint64_t* w = (const uint64_t*)(p + k * kChunk);
+    const int64_t m = std::min(kChunk, bytes - k * kChunk) / 8;
+    uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t i = 0; i < m; i += 8)
+      for (int j = 0; j < 8; j++) a[j] += w[i + j];
+    sums[(size_t)k] = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+  });
+  uint64_t s = 0;
+  for (uint64_t v : sums) s += v;
+  return Napi::Number::New(info.Env(), (double)(s & ((1ull << 48) - 1)));
+}
+
 const int32_t* checkedIdx(Ctx& c, size_t iId, int64_t off, int64_t nIdx, int64_t rows) {
   const int32_t* idx = (const int32_t*)c.span(iId, "idx", off, (double)nIdx * 4, 4);
   for (int64_t k = 0; k < nIdx; k++)
@@ -609,6 +636,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   def("dequantizeRow", DequantizeRow);
   def("fillUniform", FillUniform);
   def("matvec", Matvec);
+  def("readBandwidth", ReadBandwidth);
   def("matvecRows", MatvecRows);
   def("axpyRows", AxpyRows);
   def("matmul", Matmul);

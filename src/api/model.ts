@@ -7,7 +7,9 @@ import type { Decoder } from "../decode/decoder.js";
 import { openModelFile, type OpenOptions } from "../decode/open.js";
 import type { SparseParts } from "../sparse/parts.js";
 import type { Tokenizer } from "../tokenizer/index.js";
+import { TraceRecorder } from "../trace/recorder.js";
 import { Session, type SessionOptions } from "./session.js";
+import { stepCosts } from "./step-costs.js";
 
 /** Load options (src/decode/open.ts): threads and signal for any file, the rest for neuron packs. */
 export type LoadOptions = OpenOptions;
@@ -31,6 +33,11 @@ export class Model {
   /** Bytes of the model file. */
   get weightBytes(): number {
     return this.file.fileSize;
+  }
+
+  /** A trace recorder for generations of this model (to `path`, or kept in memory), its header naming the decoder and the bytes each step of a token touches. */
+  createTrace(path?: string): TraceRecorder {
+    return new TraceRecorder({ mode: this.decoder.kind, model: this.path, threads: {}, costs: stepCosts(this.file, this.config, this.sparse) }, path);
   }
 
   createSession(options: SessionOptions = {}): Session {

@@ -92,6 +92,8 @@ export interface SessionModel {
   readonly config: ModelConfig;
   readonly tokenizer: Tokenizer;
   readonly decoder: Decoder;
+  /** A trace recorder to `path` whose header states the bytes each step touches. */
+  createTrace(path?: string): TraceRecorder;
 }
 
 export class Session extends EventEmitter<SessionEvents> {
@@ -235,7 +237,7 @@ export class Session extends EventEmitter<SessionEvents> {
     let actor: ReturnType<typeof createActor<typeof machine>> | undefined;
     const onAbort = () => actor?.send({ type: "ABORT", reason: String(opts.signal?.reason ?? "aborted") });
     try {
-      trace = opts.trace === undefined ? undefined : typeof opts.trace === "string" ? new TraceRecorder({ mode: decoder.kind, model: this.model.path, threads: {} }, opts.trace) : opts.trace;
+      trace = opts.trace === undefined ? undefined : typeof opts.trace === "string" ? this.model.createTrace(opts.trace) : opts.trace;
       decoder.trace = trace;
       const observers: ((ev: InspectionEvent) => void)[] = [];
       if (trace) observers.push(recordInspection(trace));

@@ -6,6 +6,7 @@ import { convert } from "./commands/convert.js";
 import { evaluate } from "./commands/eval.js";
 import { generate } from "./commands/generate.js";
 import { inspect } from "./commands/inspect.js";
+import { machine } from "./commands/machine.js";
 import { pack } from "./commands/pack.js";
 import { profile } from "./commands/profile.js";
 import { quantize } from "./commands/quantize.js";
@@ -26,6 +27,7 @@ const commands: Record<string, Command> = {
   profile,
   "train-predictor": trainPredictor,
   pack,
+  machine,
 };
 
 function helpText(name: string, c: Command): string {

@@ -2,15 +2,17 @@
 // model/forward.ts on the calling thread.
 import type { ModelConfig } from "../model/config.js";
 import { native } from "../native.js";
-import { forward, type ForwardOptions } from "../model/forward.js";
+import { denseFfn, forward, type ForwardOptions, type RunState } from "../model/forward.js";
 import type { Weights } from "../model/weights.js";
 import type { TraceRecorder } from "../trace/recorder.js";
 import { allocContext, freeContext } from "./context.js";
 import type { ContextOptions, DecodeContext, Decoder } from "./decoder.js";
+import { TokenClock } from "./token-clock.js";
 
 export class DenseDecoder implements Decoder {
   readonly kind = "dense";
   trace: TraceRecorder | undefined;
+  private step = 0;
 
   constructor(
     readonly config: ModelConfig,
@@ -34,7 +36,19 @@ export class DenseDecoder implements Decoder {
   }
 
   async decode(ctx: DecodeContext, token: number, pos: number): Promise<number> {
-    return this.evaluate(ctx, [token], pos);
+    const step = this.step++;
+    if (!this.trace) return this.evaluate(ctx, [token], pos);
+    // traced: attention, FFN and logits of every layer as spans (the time budget of trace stats)
+    const clock = new TokenClock(this.trace, step);
+    const ffn = (l: number, rs: RunState, nTok: number) => {
+      clock.mark("compute", "attention", l);
+      denseFfn(this.config, this.weights, rs, l, nTok);
+      clock.mark("compute", "ffn", l, { neurons: this.config.nFF });
+    };
+    const off = forward(this.config, this.weights, ctx.rs, ctx.kv, [token], pos, { ffn });
+    clock.mark("compute", "logits");
+    clock.finish({ token, pos });
+    return off;
   }
 
   async idle(): Promise<void> {}

@@ -18,6 +18,7 @@ import { FfnSteps } from "../sparse/ffn/steps.js";
 import type { TraceRecorder } from "../trace/recorder.js";
 import { allocContext, freeContext } from "./context.js";
 import type { ContextOptions, DecodeContext, Decoder } from "./decoder.js";
+import { TokenClock } from "./token-clock.js";
 import type { SparseParts } from "../sparse/parts.js";
 
 export class InlineDecoder implements Decoder {
@@ -26,6 +27,9 @@ export class InlineDecoder implements Decoder {
   /** Evict predicted-but-silent cold neurons first (NeuronCache.demoteSilent). */
   demote = true;
   private readonly steps: FfnSteps;
+  private step = 0;
+  /** The traced decode step's clock (steps of a token run one after the other on this thread). */
+  private clock?: TokenClock;
   private readonly ffn = (layer: number, rs: RunState, nTok: number) => this.ffnBlock(layer, rs, nTok);
 
   constructor(readonly parts: SparseParts) {
@@ -60,7 +64,20 @@ export class InlineDecoder implements Decoder {
   }
 
   async decode(ctx: DecodeContext, token: number, pos: number): Promise<number> {
-    return this.evaluate(ctx, [token], pos);
+    const step = this.step++;
+    if (!this.trace) return this.evaluate(ctx, [token], pos);
+    const before = this.parts.neuronTotals();
+    this.readMark = this.readTotals();
+    const clock = (this.clock = new TokenClock(this.trace, step));
+    try {
+      const off = this.evaluate(ctx, [token], pos);
+      clock.mark("compute", "logits");
+      const after = this.parts.neuronTotals();
+      clock.finish({ token, pos, predicted: after.predicted - before.predicted, fired: after.fired - before.fired });
+      return off;
+    } finally {
+      this.clock = undefined;
+    }
   }
 
   async idle(): Promise<void> {}
@@ -83,22 +100,50 @@ export class InlineDecoder implements Decoder {
     const { steps, parts } = this;
     const { cache } = parts;
     const st = parts.ffnStats[layer]!;
+    const clock = this.clock;
+    clock?.mark("compute", "attention", layer);
     st.tokens++;
     steps.zero(t);
     const nP = steps.predict(layer, t, parts.predictor === "oracle");
     st.predicted += nP;
+    clock?.mark("predictor", "predict", layer, { neurons: nP });
     const { P, slots, aPos, aSlots } = steps;
     for (let start = 0; start < nP; ) {
       const end = cache.loadGates(layer, P, start, nP, slots.subarray(start));
+      if (clock) this.markLoad(clock, layer, "gate");
       const g = steps.gate(layer, t, start, end - start);
+      clock?.mark("compute", "gate", layer, { neurons: end - start });
       if (this.demote) cache.demoteSilent(layer, slots.subarray(start), g.nSilent);
       st.fired += g.nA;
       if (g.nA > 0) {
         cache.loadUpDown(layer, aPos.subarray(start), g.nA, aSlots.subarray(start));
+        if (clock) this.markLoad(clock, layer, "updown");
         steps.upAct(t, start, g.nA);
+        clock?.mark("compute", "up", layer, { neurons: g.nA });
         steps.down(t, start, g.nA);
+        clock?.mark("compute", "down", layer, { neurons: g.nA });
       }
       start = end;
     }
+  }
+
+  /** A cache load just ended: a read span if it read (synchronously, nothing overlaps it), else bookkeeping. */
+  private readMark = { bytes: 0, reads: 0 };
+  private markLoad(clock: TokenClock, layer: number, phase: "gate" | "updown"): void {
+    const now = this.readTotals();
+    const m = this.readMark;
+    if (now.bytes > m.bytes) clock.mark("io", "read", layer, { bytes: now.bytes - m.bytes, reads: now.reads - m.reads, phase });
+    else clock.mark("scheduler", "plan", layer);
+    this.readMark = now;
+  }
+
+  private readTotals(): { bytes: number; reads: number } {
+    let bytes = 0;
+    let reads = 0;
+    for (const s of this.parts.cache.stats) {
+      bytes += s.bytesRead;
+      reads += s.reads;
+    }
+    return { bytes, reads };
   }
 }

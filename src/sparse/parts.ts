@@ -102,6 +102,17 @@ export class SparseParts {
     for (const id of ids) this.sessionBuffers.delete(id);
   }
 
+  /** Neurons predicted and fired so far, all layers (a token's are the difference across it). */
+  neuronTotals(): { predicted: number; fired: number } {
+    let predicted = 0;
+    let fired = 0;
+    for (const f of this.ffnStats) {
+      predicted += f.predicted;
+      fired += f.fired;
+    }
+    return { predicted, fired };
+  }
+
   /** Per-layer hit rate and bytes read per token since load (or the last resetStats). */
   report(): SparseLayerReport[] {
     return this.policy.stats.map((c, l) => {

@@ -57,7 +57,7 @@ export function intersectionOfUnions(a: readonly Interval[], b: readonly Interva
 }
 
 /** (∪a) ∩ (∪b) of two merged lists, itself merged: one sweep over both. */
-function intersectMerged(a: readonly Interval[], b: readonly Interval[]): Interval[] {
+export function intersectMerged(a: readonly Interval[], b: readonly Interval[]): Interval[] {
   const out: Interval[] = [];
   let i = 0;
   let j = 0;
@@ -82,7 +82,7 @@ function totalLength(merged: readonly Interval[]): number {
  * A merged interval list answering |∪ ∩ [t0,t1]| in O(log n), so per-token breakdowns stay
  * cheap on traces with a span per cluster per layer per token.
  */
-class CoverageIndex {
+export class CoverageIndex {
   private readonly starts: number[];
   private readonly ends: number[];
   private readonly before: number[]; // before[k] = total length of intervals 0..k-1

@@ -44,6 +44,21 @@ export interface TokenRecord {
   t0: number;
   t1: number;
   token?: number; // token id produced by sampling after this pass, when known
+  pos?: number; // position of the token in the context (attention reads pos + 1 K and V rows per layer)
+  predicted?: number; // sparse decoders: neurons predicted over all layers (gate rows computed)
+  fired?: number; // sparse decoders: neurons that fired over all layers (up and down rows computed)
+}
+
+/** Bytes the steps of one decode token touch (trace header), for the time budget of `trace stats`. */
+export interface StepCosts {
+  nLayer: number;
+  attentionBytes: number; // per layer: attn_norm, attn_q/k/v/output and ffn_norm weights
+  kvBytesPerPosition: number; // per layer: K and V of one position
+  outputBytes: number; // output_norm and the classifier
+  denseFfnBytes: number; // per layer: every gate, up and down row
+  gateRowBytes?: number; // sparse: one gate row
+  upDownRowBytes?: number; // sparse: one up row and one down column
+  predictorBytes?: number; // sparse, trained predictor: all layers' predictor weights
 }
 
 /**
@@ -80,6 +95,7 @@ export interface TraceHeader {
   model: string;
   startedAt: string; // ISO date
   threads: Record<string, number>; // lane → OS thread id (for the exported lanes)
+  costs?: StepCosts; // bytes per step (absent in traces written before the time budget)
 }
 
 export type TraceRecord = TraceHeader | SpanRecord | TokenRecord | ActorRecord;

@@ -7,6 +7,8 @@ import { toChromeTrace } from "../../trace-tools/export.js";
 import { traceSvg } from "../../trace-tools/plot.js";
 import { readTrace } from "../../trace/read.js";
 import { traceStats } from "../../trace-tools/stats.js";
+import { formatBudget, tokenBudget } from "../../trace-tools/budget.js";
+import { cachedMachine, machineCachePath, measureMachine, type MachineBounds } from "../../tools/machine.js";
 import { formatBytes } from "../../util/bytes.js";
 import { startInspector } from "../../inspect/server.js";
 import { replayTrace, type ReplayStop } from "../../trace-tools/replay.js";
@@ -179,5 +181,18 @@ function formatStats(path: string, records: ReturnType<typeof readTrace>): strin
       ? `latency per token   mean ${l.mean.toFixed(3)} ms, P50 ${l.p50.toFixed(3)} ms, P90 ${l.p90.toFixed(3)} ms, P99 ${l.p99.toFixed(3)} ms`
       : `latency per token   no decode tokens in this trace`,
   ];
-  return lines.join("\n") + "\n";
+  let text = lines.join("\n") + "\n";
+  if (header?.costs && l.count > 0) {
+    const budget = tokenBudget(records, machineBounds(header.model));
+    if (budget) text += formatBudget(budget);
+  } else if (l.count > 0) text += "per-token time budget: this trace's header has no step costs (written before neuronpipe recorded them)\n";
+  return text;
+}
+
+/** This host's measured bounds: cached, else measured now (memory, and the disk on the traced model's file when it is here). */
+function machineBounds(modelPath: string): MachineBounds {
+  const cached = cachedMachine();
+  if (cached && (cached.disk || !existsSync(modelPath))) return cached;
+  process.stderr.write(`measuring this machine's memory and disk bandwidth (once; kept in ${machineCachePath()}) …\n`);
+  return measureMachine({ diskFile: existsSync(modelPath) ? modelPath : undefined });
 }

@@ -241,6 +241,7 @@ export class PipelineDecoder implements Decoder {
     if (signal?.aborted) throw abortError(reasonOf(signal));
     await this.attach(ctx);
     const step = this.step++;
+    const before = this.traceRec ? this.parts.neuronTotals() : undefined;
     const t0 = nowUs();
     const onAbort = () => this.root.send({ type: "abort", reason: reasonOf(signal) });
     signal?.addEventListener("abort", onAbort, { once: true });
@@ -250,7 +251,11 @@ export class PipelineDecoder implements Decoder {
     } finally {
       signal?.removeEventListener("abort", onAbort);
     }
-    this.traceRec?.token({ index: step, t0, t1: nowUs(), token });
+    if (this.traceRec) {
+      const t1 = nowUs();
+      const after = this.parts.neuronTotals();
+      this.traceRec.token({ index: step, t0, t1, token, pos, predicted: after.predicted - before!.predicted, fired: after.fired - before!.fired });
+    }
     this.parts.sample();
     if (r.cancelled) throw abortError(r.reason);
     if (r.error !== undefined) throw new Error(r.error);

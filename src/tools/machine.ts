@@ -1,0 +1,147 @@
+// What this machine can move per second: memory read bandwidth on 1 and all pool threads, and a
+// file's direct-I/O throughput (large sequential reads) and 4 KiB random-read rate at depth 32.
+// These are the bounds of the per-token time budget (`trace stats`): a step that touched B bytes
+// cannot take less than B / bandwidth. Measured once (`neuronpipe machine`), cached per host.
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { native } from "../native.js";
+
+export interface MemoryBound {
+  threads: number;
+  /** Best of the repetitions, GB/s (10⁹ bytes). */
+  readGBps: number;
+}
+
+export interface DiskBound {
+  path: string;
+  backend: "uring" | "pread";
+  directIO: boolean;
+  /** 4 MiB reads (a quarter of a smaller file), 4 in flight, GB/s. */
+  sequentialGBps: number;
+  /** 4 KiB reads at random 4 KiB-aligned offsets, 32 in flight, per second. */
+  random4kIops: number;
+  queueDepth: number;
+}
+
+export interface MachineBounds {
+  version: 1;
+  measuredAt: string;
+  host: string;
+  cpu: string;
+  memory: MemoryBound[];
+  disk?: DiskBound;
+}
+
+const MiB = 2 ** 20;
+
+/** Memory read bandwidth: sums a buffer far larger than the caches, best of `reps`, on 1 and `maxThreads` threads. */
+export function measureMemory(opts: { bytes?: number; reps?: number; maxThreads?: number } = {}): MemoryBound[] {
+  const n = native();
+  const bytes = opts.bytes ?? 512 * MiB;
+  const reps = opts.reps ?? 5;
+  const maxThreads = opts.maxThreads ?? n.getThreads();
+  const buf = n.alloc(bytes);
+  try {
+    n.viewU8(buf, 0, bytes).fill(1); // touch every page first
+    const out: MemoryBound[] = [];
+    for (const threads of [...new Set([1, maxThreads])]) {
+      let best = Infinity;
+      n.readBandwidth(buf, bytes, threads); // warm
+      for (let r = 0; r < reps; r++) {
+        const t0 = performance.now();
+        n.readBandwidth(buf, bytes, threads);
+        best = Math.min(best, performance.now() - t0);
+      }
+      out.push({ threads, readGBps: bytes / (best / 1000) / 1e9 });
+    }
+    return out;
+  } finally {
+    n.free(buf);
+  }
+}
+
+/** Direct-I/O reads of `path`: sequential 4 MiB reads over up to `seqBytes`, then `randomReads` 4 KiB reads at seeded random offsets. */
+export function measureDisk(path: string, opts: { seqBytes?: number; randomReads?: number; queueDepth?: number } = {}): DiskBound {
+  const n = native();
+  const size = statSync(path).size;
+  const page = 4096;
+  if (size < 64 * page) throw new Error(`${path}: ${size} bytes is too small to measure reads on (need ≥ 256 KiB)`);
+  const queueDepth = opts.queueDepth ?? 32;
+  const id = n.openLoader(path, { backend: "auto", queueDepth, directIO: true });
+  const chunk = 4 * MiB;
+  const buf = n.alloc(4 * chunk + page);
+  try {
+    const info = n.loaderInfo(id);
+    // sequential: 4 MiB requests (smaller for a small file), 4 per batch, from the start of the
+    // file round again until seqBytes were read (direct I/O: each pass reads the device again)
+    const seqBytes = opts.seqBytes ?? 512 * MiB;
+    const len = Math.min(chunk, Math.floor(size / 4 / page) * page);
+    const perPass = Math.floor(size / len);
+    const reqs: number[] = [];
+    for (let i = 0; i * len < seqBytes; i++) reqs.push((i % perPass) * len, len, buf, (i % 4) * chunk);
+    let t0 = performance.now();
+    let seqDone = 0;
+    for (let i = 0; i < reqs.length; i += 16) seqDone += n.readBatch(id, Float64Array.from(reqs.slice(i, i + 16)));
+    const seqS = (performance.now() - t0) / 1000;
+    // random 4 KiB: a fixed LCG so runs read the same offsets
+    const pages = Math.floor(size / page);
+    const count = opts.randomReads ?? 20_000;
+    const slots = (4 * chunk) / page;
+    let x = 12345;
+    const rnd = new Float64Array(count * 4);
+    for (let i = 0; i < count; i++) {
+      x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+      rnd.set([(x % pages) * page, page, buf, (i % slots) * page], i * 4);
+    }
+    t0 = performance.now();
+    const per = 1024;
+    for (let i = 0; i < count; i += per) n.readBatch(id, rnd.subarray(i * 4, Math.min(count, i + per) * 4));
+    const rndS = (performance.now() - t0) / 1000;
+    return { path: resolve(path), backend: info.backend, directIO: info.directIO, sequentialGBps: seqDone / seqS / 1e9, random4kIops: count / rndS, queueDepth };
+  } finally {
+    n.free(buf);
+    n.closeLoader(id);
+  }
+}
+
+/** Where measured bounds are kept: $NEURONPIPE_CACHE_DIR, else $XDG_CACHE_HOME/neuronpipe, else ~/.cache/neuronpipe. */
+export function machineCachePath(): string {
+  const dir = process.env.NEURONPIPE_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(os.homedir(), ".cache"), "neuronpipe");
+  return join(dir, "machine.json");
+}
+
+function identity(): { host: string; cpu: string } {
+  return { host: os.hostname(), cpu: `${os.cpus()[0]?.model ?? "unknown"} ×${os.cpus().length}` };
+}
+
+/** The cached bounds of this host (same host name and CPU), or undefined. */
+export function cachedMachine(path = machineCachePath()): MachineBounds | undefined {
+  if (!existsSync(path)) return undefined;
+  try {
+    const b = JSON.parse(readFileSync(path, "utf8")) as MachineBounds;
+    const me = identity();
+    return b.version === 1 && b.host === me.host && b.cpu === me.cpu && Array.isArray(b.memory) ? b : undefined;
+  } catch {
+    return undefined; // unreadable: measured again and rewritten
+  }
+}
+
+/** Measure memory (and the disk, on `diskFile`), cache the result, return it. */
+export function measureMachine(opts: { diskFile?: string; cachePath?: string } = {}): MachineBounds {
+  const b: MachineBounds = { version: 1, measuredAt: new Date().toISOString(), ...identity(), memory: measureMemory() };
+  if (opts.diskFile) b.disk = measureDisk(opts.diskFile);
+  const path = opts.cachePath ?? machineCachePath();
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, JSON.stringify(b, null, 2) + "\n");
+  } catch {
+    // a read-only home: the bounds are still returned, just not kept
+  }
+  return b;
+}
+
+/** The best memory read bandwidth measured, on any thread count (the most a decode could reach), bytes/µs. */
+export function memoryBytesPerUs(b: MachineBounds): number {
+  return Math.max(...b.memory.map((m) => m.readGBps)) * 1e3;
+}
