@@ -244,6 +244,11 @@ Napi::Value BufferSize(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), (double)b->size);
 }
 
+struct ViewHold {
+  BufferRef buffer;
+  int64_t reported;  // bytes reported to V8 as external memory
+};
+
 template <class T>
 Napi::Value View(const Napi::CallbackInfo& info, const char* fn, napi_typedarray_type tat) {
   Ctx c{info, fn, {}};
@@ -256,9 +261,23 @@ Napi::Value View(const Napi::CallbackInfo& info, const char* fn, napi_typedarray
   if (count == 0) {
     ab = Napi::ArrayBuffer::New(env, 0);
   } else {
-    auto* hold = new BufferRef(c.keep.back());
-    ab = Napi::ArrayBuffer::New(env, p, (size_t)count * sizeof(T), [](Napi::Env, void*, BufferRef* h) { delete h; },
-                                hold);
+    // A view keeps its buffer alive until the garbage collector drops the view. V8 cannot see
+    // native memory, so a large view of allocated memory is reported to it for as long as the
+    // view lives: otherwise freed matrices (predictor fit) stay resident until a GC that the JS
+    // heap alone never triggers.
+    const size_t bytes = (size_t)count * sizeof(T);
+    const bool report = bytes >= (size_t(1) << 20) && c.keep.back()->kind != np::BufKind::Mapped;
+    auto* hold = new ViewHold{c.keep.back(), report ? (int64_t)bytes : 0};
+    hold->buffer->views++;
+    if (report) Napi::MemoryManagement::AdjustExternalMemory(env, (int64_t)bytes);
+    ab = Napi::ArrayBuffer::New(
+        env, p, bytes,
+        [](Napi::Env e, void*, ViewHold* h) {
+          if (h->reported) Napi::MemoryManagement::AdjustExternalMemory(e, -h->reported);
+          h->buffer->views--;
+          delete h;
+        },
+        hold);
   }
   return Napi::TypedArray(env, Napi::TypedArrayOf<T>::New(env, (size_t)count, ab, 0, tat));
 }

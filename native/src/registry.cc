@@ -114,6 +114,10 @@ bool registryFree(int64_t id) {
   if (it == g_bufs.end()) return false;
   victim = std::move(it->second);
   g_bufs.erase(it);
+  // Only JS views still hold a large allocation: give its pages back now (the mapping stays, so
+  // a stale view reads zeros instead of faulting) rather than when the views are collected.
+  if (victim->kind == BufKind::Anon && victim->mapLen > 0 && victim.use_count() - 1 == victim->views.load())
+    (void)madvise(victim->ptr, victim->mapLen, MADV_DONTNEED);
   return true;
 }
 

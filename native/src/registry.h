@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,9 @@ struct Buffer {
   size_t size = 0;
   size_t mapLen = 0;  // bytes actually allocated / mapped
   BufKind kind = BufKind::Alloc;
+  // JS views (viewF32/…) holding this buffer: they keep it mapped until the garbage collector
+  // finalises them, which for synchronous JS may be long after free()
+  std::atomic<int64_t> views{0};
   ~Buffer();
 };
 
