@@ -25,15 +25,15 @@
 //            --prebuilt-limited (also run the repacking prebuilt in the cgroup: it is known to
 //            produce no token there, so it is off by default)
 //            --only ID,ID (run only these: pipeline blocking sync pipeline-cached-gates
-//            pipeline-resident dense llama-prebuilt llama-norepack mmap-limited
+//            pipeline-resident sync-resident dense llama-prebuilt llama-norepack mmap-limited
 //            llama-norepack-limited llama-prebuilt-limited; writes to --out only if given)
 //            --no-evict (skip the eviction: shows how cached pages escape the limit; flagged)
 //            --lock FILE (hold an flock on FILE during each child and its eviction, so other
 //            heavy jobs that take the same lock never overlap a measurement; $NEURONPIPE_CPU_LOCK)
 //            --prepare (build the model, profile, predictors and pack, then stop)
 //
-// Building the model once: synth (~2 min), profile 1024 tokens (dense, ~2 min), train the
-// predictors on 14,000 tokens (~20 min), pack (~1 min). Progress goes to stderr.
+// Building the model once: synth (~2 min), profile 1024 tokens (dense, ~2 min), fit the linear
+// predictors on 7,000 tokens (~15 min), pack (~3 min). Progress goes to stderr.
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -112,8 +112,8 @@ async function prepare(dir) {
   mkdirSync(dir, { recursive: true });
   const model = join(dir, "llama2-7b-sparse-q4_0-seed1.gguf");
   const profile = `${model}.profile.gguf`;
-  const predictor = `${model}.predictor-14k.gguf`;
-  const pack = join(dir, "llama2-7b-sparse-q4_0-seed1-p14k.pack.gguf");
+  const predictor = `${model}.predictor-linear.gguf`;
+  const pack = join(dir, "llama2-7b-sparse-q4_0-seed1-linear.pack.gguf");
   if (!existsSync(model))
     run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", "--seed", "1", "--out", model], "synth");
   // A random-weight model writes random tokens, so its activations are profiled and its
@@ -123,8 +123,10 @@ async function prepare(dir) {
   if (!existsSync(profile)) run([cli, "profile", "--model", model, "--corpus", corpus, "--max-tokens", "1024", "--ctx", "256", "--threads", String(threads)], "profile");
   if (!existsSync(predictor))
     run(
-      // 14,000 tokens (≈9,500 fitted): a 4096-wide input needs more samples than dimensions to generalise
-      [cli, "train-predictor", "--model", model, "--corpus", corpus, "--max-tokens", "14000", "--epochs", "3", "--max-hidden", "128", "--calibration", "0.15", "--target-recall", "0.99", "--out", predictor, "--threads", String(threads)],
+      // train-predictor's defaults (linear form); 7,000 tokens: 4,760 fitted (more than the 4,096
+      // input dimensions), 840 calibrate the margins, 1,400 held out — the activations of 7,000
+      // tokens × 32 layers are 3.7 GB of memory while they are collected
+      [cli, "train-predictor", "--model", model, "--corpus", corpus, "--max-tokens", "7000", "--out", predictor, "--threads", String(threads)],
       "train-predictor",
     );
   if (!existsSync(pack)) run([cli, "pack", "--model", model, "--profile", profile, "--predictor", predictor, "--out", pack], "pack");
@@ -580,6 +582,7 @@ const plan = [
   // ablation: the same pipeline with gate rows cached, not pinned (what the pinned rows are worth)
   ["pipeline-cached-gates", `neuronpipe pipeline, gate rows cached (pinGates false), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "pipeline", "--pin-gates", "false"]],
   ["pipeline-resident", "neuronpipe pipeline, whole FFN resident (sparse, no I/O)", "neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, planOpts)), "--engine", "pipeline"]],
+  ["sync-resident", "neuronpipe sync (inline, the default decoder), whole FFN resident (sparse, no I/O)", "neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, planOpts)), "--engine", "sync"]],
   ["dense", "neuronpipe dense (the plain GGUF, mapped, in memory, no limit)", "dense", ["--model", model, "--engine", "dense"]],
   ["llama-prebuilt", "llama.cpp prebuilt (repacks Q4_0), in memory, no limit", "llama.cpp", ["--model", model, "--peer", "prebuilt"]],
   ["llama-norepack", "llama.cpp norepack (source build, GGML_CPU_REPACK=OFF), in memory, no limit", "llama.cpp", ["--model", model, "--peer", "norepack"]],
