@@ -74,6 +74,8 @@ export interface NativeAddon {
   mapFile(path: string): { id: number; size: number };
   /** Release a buffer (freed when its last view is collected). */
   free(id: number): void;
+  /** free(), and a large buffer's pages go back to the system at once even while views of it live (they read zeros from then on): temporaries of long synchronous loops, whose views the collector cannot finalise before the loop ends. */
+  discard(id: number): void;
   bufferSize(id: number): number;
   /** Zero-copy views. byteOffset must be aligned to the element size. */
   viewF32(id: number, byteOffset: number, count: number): Float32Array;

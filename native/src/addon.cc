@@ -236,6 +236,16 @@ Napi::Value Free(const Napi::CallbackInfo& info) {
   return Undef(info);
 }
 
+// free, and give a large buffer's pages back at once even while views hold it (they read zeros
+// from then on): for temporaries of synchronous loops, whose views the collector cannot
+// finalise until the loop returns to the event loop
+Napi::Value Discard(const Napi::CallbackInfo& info) {
+  Ctx c{info, "discard", {}};
+  const int64_t id = c.idx(0, "id");
+  if (!np::registryFree(id, true)) c.rangeErr("buffer " + std::to_string(id) + " is not a live buffer");
+  return Undef(info);
+}
+
 Napi::Value BufferSize(const Napi::CallbackInfo& info) {
   Ctx c{info, "bufferSize", {}};
   const int64_t id = c.idx(0, "id");
@@ -656,6 +666,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   def("fillUniform", FillUniform);
   def("matvec", Matvec);
   def("readBandwidth", ReadBandwidth);
+  def("discard", Discard);
   def("matvecRows", MatvecRows);
   def("axpyRows", AxpyRows);
   def("matmul", Matmul);

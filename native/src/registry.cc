@@ -107,16 +107,17 @@ int64_t registryMapFile(const std::string& path, size_t* sizeOut) {
   return insert(std::move(b));
 }
 
-bool registryFree(int64_t id) {
+bool registryFree(int64_t id, bool discard) {
   BufferRef victim;  // destroyed outside the lock
   std::lock_guard<std::mutex> lk(g_mu);
   auto it = g_bufs.find(id);
   if (it == g_bufs.end()) return false;
   victim = std::move(it->second);
   g_bufs.erase(it);
-  // Only JS views still hold a large allocation: give its pages back now (the mapping stays, so
-  // a stale view reads zeros instead of faulting) rather than when the views are collected.
-  if (victim->kind == BufKind::Anon && victim->mapLen > 0 && victim.use_count() - 1 == victim->views.load())
+  // discard: only JS views still hold a large allocation: give its pages back now (the mapping
+  // stays, so a stale view reads zeros instead of faulting) rather than when the views are
+  // collected. Plain free keeps the contents for live views (code relies on it).
+  if (discard && victim->kind == BufKind::Anon && victim->mapLen > 0 && victim.use_count() - 1 == victim->views.load())
     (void)madvise(victim->ptr, victim->mapLen, MADV_DONTNEED);
   return true;
 }

@@ -30,8 +30,9 @@ using BufferRef = std::shared_ptr<Buffer>;
 int64_t registryAlloc(size_t nbytes);
 // Throws std::runtime_error with the path and errno text on failure.
 int64_t registryMapFile(const std::string& path, size_t* sizeOut);
-// Returns false if the id is unknown.
-bool registryFree(int64_t id);
+// Returns false if the id is unknown. discard: when only JS views still hold a large allocation,
+// its pages go back to the system now and those views read zeros from then on.
+bool registryFree(int64_t id, bool discard = false);
 // nullptr if unknown.
 BufferRef registryGet(int64_t id);
 size_t registryLiveCount();

@@ -16,8 +16,9 @@ export class Mat {
   get data(): Float32Array {
     return native().viewF32(this.buf, 0, this.rows * this.cols);
   }
+  /** Frees the buffer and its pages at once (the fit's loops are synchronous: views of it cannot be collected before they end). */
   free(): void {
-    native().free(this.buf);
+    native().discard(this.buf);
   }
   static from(rows: number, cols: number, fill: (data: Float32Array) => void): Mat {
     const m = new Mat(rows, cols);

@@ -229,9 +229,9 @@ export function fitLinearPredictors(model: Model, fit: Collected, cal: Collected
             };
           }
         } finally {
-          n.free(q1);
-          n.free(q2);
-          n.free(f2);
+          n.discard(q1);
+          n.discard(q2);
+          n.discard(f2);
         }
       }
       const b = best!;
@@ -278,6 +278,6 @@ export function evaluateLinear(p: LinearPredictor, c: Collected, layer: number, 
     n.matmul(p.type, q2, 0, F, r, h, 0, c.nTok, s, 0);
     return confusion(n.viewF32(s, 0, c.nTok * F), p.thresholds, n.viewU8(c.y[layer]!, 0, c.nTok * (F / 8)), c.nTok, F);
   } finally {
-    for (const b of [q1, q2, h, s]) n.free(b);
+    for (const b of [q1, q2, h, s]) n.discard(b);
   }
 }
