@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Decode speed, hit rate and bytes read per token of the default model's pack as the memory
-// budget shrinks from the whole FFN to a quarter of it (`npm run bench`, third part). Writes
-// bench/results/speed-vs-memory.json and the picture docs/img/speed-vs-memory.svg.
+// budget shrinks from the whole FFN to a fifth of it (`npm run bench`, third part), then every
+// decoder (inline, pipeline, blocking; median of 3) at 25%, 50% and 100% of the FFN beside mmap
+// and dense: is the default decoder the fast one? Writes bench/results/speed-vs-memory.json and
+// the picture docs/img/speed-vs-memory.svg.
 //
 //   node bench/speed-vs-memory.js [--tokens 64] [--threads 2]
 // Builds the pack first if models/neuronpipe-default.pack.gguf is missing (`neuronpipe pack`).
@@ -76,8 +78,55 @@ let denseTps = 0;
 ds.dispose();
 dense.dispose();
 
+// ---- every decoder at 25%, 50% and 100% of the FFN: is the default one the fast one? -----------
+/** Median decode tok/s of `reps` greedy generations of `tokens` tokens (after the first token). */
+async function decodeSpeed(model, reps = 3) {
+  const s = model.createSession({ contextSize: ctx });
+  const runs = [];
+  try {
+    for (let i = 0; i < reps; i++) {
+      s.reset();
+      const it = s.generate("The whale", { maxTokens: tokens, temperature: 0 });
+      let n = 0;
+      let t0 = 0;
+      let t1 = 0;
+      while (!(await it.next()).done) {
+        t1 = performance.now();
+        if (++n === 1) t0 = t1;
+      }
+      runs.push((n - 1) / ((t1 - t0) / 1000));
+    }
+  } finally {
+    s.dispose();
+  }
+  return runs.sort((a, b) => a - b)[(runs.length - 1) >> 1];
+}
+const { DEFAULT_DECODER } = await import(pathToFileURL(join(rootDir, "dist", "src", "decode", "open.js")).href);
+const modes = [];
+for (const f of [0.25, 0.5, 1]) {
+  const budget = np.budgetForFfnFraction(info, f, planOpts);
+  const row = { ffnShare: f, budget, tokPerSec: {} };
+  for (const decoder of ["inline", "pipeline", "blocking"]) {
+    const model = await np.loadSparseModel(pack, { memory: budget, contextSize: ctx, threads: Number(v.threads), decoder });
+    try {
+      row.tokPerSec[decoder] = await decodeSpeed(model);
+    } finally {
+      await model[Symbol.asyncDispose]();
+    }
+  }
+  const fastest = Math.max(...Object.values(row.tokPerSec));
+  row.defaultDecoder = DEFAULT_DECODER.pack;
+  row.defaultShareOfFastest = row.tokPerSec[DEFAULT_DECODER.pack] / fastest;
+  modes.push(row);
+  process.stderr.write(`[speed-vs-memory] ${(100 * f).toFixed(0)}% of the FFN: ${Object.entries(row.tokPerSec).map(([k, x]) => `${k} ${x.toFixed(1)}`).join(", ")} tok/s; default (${DEFAULT_DECODER.pack}) ${(100 * row.defaultShareOfFastest).toFixed(0)}% of the fastest\n`);
+}
+const mm = await np.loadModel(pack, { decoder: "mmap", threads: Number(v.threads) });
+const mmapTps = await decodeSpeed(mm);
+mm.dispose();
+process.stderr.write(`[speed-vs-memory] mmap (dense over the mapped pack, no budget): ${mmapTps.toFixed(1)} tok/s; dense: ${denseTps.toFixed(1)}\n`);
+
 mkdirSync(join(benchDir, "results"), { recursive: true });
-writeFileSync(join(benchDir, "results", "speed-vs-memory.json"), JSON.stringify({ date: new Date().toISOString(), model: pack, tokens, threads: Number(v.threads), denseTokPerSec: denseTps, points }, null, 2) + "\n");
+writeFileSync(join(benchDir, "results", "speed-vs-memory.json"), JSON.stringify({ date: new Date().toISOString(), model: pack, tokens, threads: Number(v.threads), denseTokPerSec: denseTps, points, modes, mmapTokPerSec: mmapTps }, null, 2) + "\n");
 
 // ---- the picture: tok/s (left axis, line) and MiB read per token (right axis, bars) -------------
 const W = 720;

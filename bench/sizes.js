@@ -1,0 +1,137 @@
+#!/usr/bin/env node
+// Sparse decode with the whole FFN resident against dense decode, on synthetic planted-ReGLU
+// Q4_0 models of several sizes (~200 MB to ~1.3 GB): where does sparsity stop paying? Each size
+// is built once (synth --gate-rank 64, ~10% active; profile; train-predictor with its defaults;
+// pack) in --dir, then measured in this process one after the other: dense on the plain GGUF,
+// then the pack at the budget that holds the whole FFN with the default decoder (inline) and the
+// pipeline — each the median of --repeat greedy generations of --decode tokens.
+//
+//   node bench/sizes.js [--dir DIR] [--decode 32] [--repeat 3] [--threads 2] [--out FILE]
+// Writes bench/results/sizes.json (or --out) and prints a table.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+
+const benchDir = dirname(fileURLToPath(import.meta.url));
+const rootDir = resolve(benchDir, "..");
+const cli = join(rootDir, "bin", "neuronpipe.js");
+const { values: v } = parseArgs({
+  options: {
+    dir: { type: "string", default: join(benchDir, ".models", "sizes") },
+    decode: { type: "string", default: "32" },
+    repeat: { type: "string", default: "3" },
+    threads: { type: "string", default: "2" },
+    out: { type: "string" },
+  },
+});
+const threads = Number(v.threads);
+const decode = Number(v.decode);
+const reps = Number(v.repeat);
+const ctx = 256;
+const log = (s) => process.stderr.write(`[sizes] ${s}\n`);
+const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
+
+// name, synth shape (Llama-style: 4 KV heads of 128 or 64), approximate Q4_0 size
+const SIZES = [
+  { name: "s-230m", args: ["--embd", "1024", "--ff", "4096", "--layers", "20", "--heads", "16", "--kv-heads", "16"] },
+  { name: "m-540m", args: ["--embd", "2048", "--ff", "5632", "--layers", "16", "--heads", "16", "--kv-heads", "16"] },
+  { name: "l-1.2g", args: ["--embd", "2048", "--ff", "8192", "--layers", "32", "--heads", "16", "--kv-heads", "16"] },
+];
+
+function run(args, what) {
+  log(`${what}: neuronpipe ${args.join(" ")}`);
+  const r = spawnSync(process.execPath, [cli, ...args], { stdio: ["ignore", "ignore", "inherit"] });
+  if (r.status !== 0) throw new Error(`${what} failed (exit ${r.status})`);
+}
+
+async function build(size) {
+  mkdirSync(v.dir, { recursive: true });
+  const model = join(v.dir, `${size.name}-q4_0.gguf`);
+  const corpus = join(v.dir, "random-tokens-llama2-seed1-12k.txt");
+  const pack = join(v.dir, `${size.name}-q4_0.pack.gguf`);
+  if (!existsSync(model)) run(["synth", ...size.args, "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", "--seed", "1", "--out", model], "synth");
+  if (!existsSync(corpus)) {
+    const { vocabFromGGUF } = await import(pathToFileURL(join(rootDir, "dist", "src", "model", "vocab.js")).href);
+    const tok = np.createTokenizer(vocabFromGGUF(np.readGGUF(model)));
+    let s = 1;
+    const ids = [];
+    while (ids.length < 12000) {
+      s = (Math.imul(s, 1664525) + 1013904223) >>> 0; // the LCG of bench/sparse.js
+      ids.push(259 + (s % (tok.vocabSize - 259)));
+    }
+    writeFileSync(corpus, tok.decode(ids));
+  }
+  if (!existsSync(`${model}.profile.gguf`)) run(["profile", "--model", model, "--corpus", corpus, "--max-tokens", "1024", "--ctx", "256", "--threads", String(threads)], "profile");
+  if (!existsSync(`${model}.predictor.gguf`)) run(["train-predictor", "--model", model, "--corpus", corpus, "--max-tokens", "10000", "--threads", String(threads)], "train-predictor");
+  if (!existsSync(pack)) run(["pack", "--model", model, "--out", pack], "pack");
+  return { model, pack };
+}
+
+/** Median decode tok/s of `reps` greedy generations (speed from the first token to the last). */
+async function speed(m) {
+  const s = m.createSession({ contextSize: ctx });
+  const runs = [];
+  try {
+    for (let i = 0; i < reps + 1; i++) {
+      s.reset();
+      const it = s.generate("Once upon a time", { maxTokens: i === 0 ? 4 : decode, temperature: 0 }); // the first is a warm-up
+      let n = 0;
+      let t0 = 0;
+      let t1 = 0;
+      while (!(await it.next()).done) {
+        t1 = performance.now();
+        if (++n === 1) t0 = t1;
+      }
+      if (i > 0) runs.push((n - 1) / ((t1 - t0) / 1000));
+    }
+  } finally {
+    s.dispose();
+  }
+  runs.sort((a, b) => a - b);
+  return { median: runs[(runs.length - 1) >> 1], min: runs[0], max: runs[runs.length - 1] };
+}
+
+const results = [];
+for (const size of SIZES) {
+  const { model, pack } = await build(size);
+  const file = np.readGGUF(model);
+  const pred = np.readGGUF(`${model}.predictor.gguf`);
+  const arr = (k) => Array.from(pred.metadata.get(`neuronpipe.predictor.${k}`)?.value ?? []);
+  const mean = (a) => a.reduce((x, y) => x + y, 0) / Math.max(1, a.length);
+  const recall = mean(arr("recall"));
+  const flagged = mean(arr("predicted_active"));
+  const precision = mean(arr("precision"));
+  // flagged / fired = (tp + fp) / (tp + fn) = recall / precision, per layer
+  const flaggedPerFired = mean(arr("recall").map((r, l) => r / arr("precision")[l]));
+  const dense = await np.loadModel(model, { threads });
+  const denseSpeed = await speed(dense);
+  const cfg = dense.config;
+  dense.dispose();
+  const info = np.openPack(pack);
+  const budget = np.budgetForFfnFraction(info, 1, np.planOptions(info.config, { contextSize: ctx, predictor: true }));
+  const row = { name: size.name, fileBytes: file.fileSize, nEmbd: cfg.nEmbd, nFF: cfg.nFF, nLayer: cfg.nLayer, budget, predictor: { recall, precision, flaggedShare: flagged, flaggedPerFired }, dense: denseSpeed, sparse: {} };
+  for (const decoder of ["inline", "pipeline"]) {
+    const m = await np.loadSparseModel(pack, { memory: budget, threads, contextSize: ctx, decoder });
+    try {
+      row.sparse[decoder] = await speed(m);
+    } finally {
+      await m[Symbol.asyncDispose]();
+    }
+  }
+  row.inlineOverDense = row.sparse.inline.median / denseSpeed.median;
+  row.pipelineOverDense = row.sparse.pipeline.median / denseSpeed.median;
+  results.push(row);
+  log(`${size.name} (${(file.fileSize / 2 ** 20).toFixed(0)} MiB): dense ${denseSpeed.median.toFixed(1)}, inline ${row.sparse.inline.median.toFixed(1)} (${row.inlineOverDense.toFixed(2)}×), pipeline ${row.sparse.pipeline.median.toFixed(1)} (${row.pipelineOverDense.toFixed(2)}×) tok/s; predictor recall ${recall.toFixed(4)}, flagged ${(100 * flagged).toFixed(1)}% of neurons`);
+}
+const out = v.out ?? join(benchDir, "results", "sizes.json");
+mkdirSync(dirname(out), { recursive: true });
+writeFileSync(out, JSON.stringify({ date: new Date().toISOString(), threads, decodeTokens: decode, repeat: reps, contextSize: ctx, results }, null, 2) + "\n");
+const lines = ["| model | Q4_0 file | dense tok/s | inline (whole FFN resident) | ÷ dense | pipeline | ÷ dense | predictor recall | flagged / fired |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"];
+for (const r of results)
+  lines.push(
+    `| ${r.name} (${r.nLayer}×${r.nEmbd}, ff ${r.nFF}) | ${(r.fileBytes / 2 ** 20).toFixed(0)} MiB | ${r.dense.median.toFixed(1)} | ${r.sparse.inline.median.toFixed(1)} | ${r.inlineOverDense.toFixed(2)}× | ${r.sparse.pipeline.median.toFixed(1)} | ${r.pipelineOverDense.toFixed(2)}× | ${r.predictor.recall.toFixed(4)} | ${r.predictor.flaggedPerFired?.toFixed(2) ?? "—"} |`,
+  );
+process.stdout.write(lines.join("\n") + "\n");
+log(`wrote ${out}`);
