@@ -159,13 +159,16 @@ function front(s: State, task: FrontTask): ComputeResult {
   if (task.prefix) while (prefix < g.nA && aSlots[prefix]! >= 0) prefix++;
   s.prefixDone = 0;
   s.prefixCuts = [];
+  // every fired neuron resident: nothing for the scheduler to plan or the I/O worker to read
+  const allResident = prefix === g.nA;
   afterAnswer = () => {
-    // one kernel thread: the other core is the scheduler's and the I/O worker's, which plan and
-    // issue this layer's reads right now (on the critical path)
+    // with reads to plan, one kernel thread: the other core is the scheduler's and the I/O
+    // worker's, which plan and issue this layer's reads right now (on the critical path);
+    // without, both cores compute
     const n = native();
-    n.setCallerThreads(1);
+    if (!allResident) n.setCallerThreads(1);
     s.prefixCuts = upDown(s, 0, prefix);
-    n.setCallerThreads(0);
+    if (!allResident) n.setCallerThreads(0);
     s.prefixDone = prefix;
   };
   const t1 = nowUs();
