@@ -3,7 +3,7 @@
 // figures computed by hand; traces of the inline and dense decoders — the oracle predictor's
 // neurons per token against the model's layer count and width, the fired ones against a dense
 // evaluation of the same tokens counting positive gate pre-activations; the CLI prints the table.
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -56,6 +56,49 @@ describe("machine bounds", () => {
     expect(d.sequentialGBps).toBeGreaterThan(0);
     expect(d.random4kIops).toBeGreaterThan(0);
     expect(() => measureDisk(join(root, "package.json"))).toThrow(/package\.json: \d+ bytes is too small to measure reads on/);
+  });
+});
+
+describe("neuronpipe machine", () => {
+  async function cli(args: string[]): Promise<{ code: number; out: string; err: string }> {
+    let out = "";
+    let err = "";
+    const w = process.stdout.write.bind(process.stdout);
+    const e = process.stderr.write.bind(process.stderr);
+    process.stdout.write = ((x: string) => ((out += x), true)) as typeof process.stdout.write;
+    process.stderr.write = ((x: string) => ((err += x), true)) as typeof process.stderr.write;
+    const cacheDir = process.env.NEURONPIPE_CACHE_DIR;
+    process.env.NEURONPIPE_CACHE_DIR = join(dir, "cache");
+    try {
+      return { code: await main(args), out, err };
+    } finally {
+      process.stdout.write = w;
+      process.stderr.write = e;
+      if (cacheDir === undefined) delete process.env.NEURONPIPE_CACHE_DIR;
+      else process.env.NEURONPIPE_CACHE_DIR = cacheDir;
+    }
+  }
+
+  it("measures memory and the file's storage, keeps them, and answers from the cache the next time", async () => {
+    const first = await cli(["machine", "--file", packPath, "--json"]);
+    expect(first.code).toBe(0);
+    const b = JSON.parse(first.out) as MachineBounds;
+    expect(b.memory.map((m) => m.threads)).toContain(1);
+    expect(b.memory.every((m) => m.readGBps > 0)).toBe(true);
+    expect(b.disk?.path).toBe(packPath);
+    const cached = JSON.parse(readFileSync(join(dir, "cache", "machine.json"), "utf8")) as MachineBounds;
+    expect(cached.measuredAt).toBe(b.measuredAt);
+    const second = await cli(["machine"]);
+    expect(second.out).toMatch(new RegExp(`cached, measured ${b.measuredAt}`));
+  }, 60_000);
+
+  it("refuses a missing file and stray arguments by name", async () => {
+    const missing = await cli(["machine", "--file", join(dir, "nope.gguf")]);
+    expect(missing.code).toBe(2);
+    expect(missing.err).toMatch(/--file .*nope\.gguf does not exist/);
+    const stray = await cli(["machine", "extra"]);
+    expect(stray.code).toBe(2);
+    expect(stray.err).toMatch(/machine takes no positional arguments, got: extra/);
   });
 });
 
