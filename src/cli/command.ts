@@ -12,8 +12,15 @@ export interface Command {
   run(values: Values, positionals: string[]): Promise<void>;
 }
 
-/** A mistake in the command line (the help follows the message). */
-export class UsageError extends Error {}
+/** A mistake in the command line (the help follows the message, unless the message says all there is to say). */
+export class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly showHelp = true,
+  ) {
+    super(message);
+  }
+}
 
 /** The number an option holds, checked: `--name must be a whole number ≥ min, got "…"`. */
 export function num(v: unknown, name: string, { int = false, min = -Infinity } = {}): number | undefined {

@@ -84,7 +84,8 @@ export async function main(argv: string[]): Promise<number> {
   } catch (e) {
     const err = e as Error;
     const usage = e instanceof UsageError || (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS");
-    process.stderr.write(`neuronpipe ${name}: ${err.message}\n${usage ? `\n${helpText(name, cmd)}` : ""}`);
+    const help = usage && !(e instanceof UsageError && !e.showHelp);
+    process.stderr.write(`neuronpipe ${name}: ${err.message}\n${help ? `\n${helpText(name, cmd)}` : ""}`);
     return usage ? 2 : 1;
   }
 }

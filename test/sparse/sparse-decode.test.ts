@@ -247,6 +247,21 @@ describe("default model, trained predictor", () => {
     await expect(loadSparseModel(defaultPack, { memory: "lots", contextSize: ctx })).rejects.toThrow(/cannot read "lots" as a size/);
   });
 
+  it("the CLI prints a budget's refusal alone (exit 2, no help after it)", async () => {
+    let err = "";
+    const e = process.stderr.write.bind(process.stderr);
+    process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
+    let code: number;
+    try {
+      code = await main(["generate", "--model", defaultPack, "--memory", "8MiB", "--prompt", "x", "--ctx", String(ctx)]);
+    } finally {
+      process.stderr.write = e;
+    }
+    expect(code).toBe(2);
+    expect(err).toMatch(/^neuronpipe generate: --memory budget 8\.00 MiB .* the smallest workable budget is [\d.]+ MiB \(\d+ bytes\)/);
+    expect(err).not.toMatch(/usage|--prompt/);
+  });
+
   it("a pack without predictors is refused for trained-predictor decoding; a plain model is not a pack", async () => {
     await expect(loadSparseModel(synthPackPath("f16"), { memory: "1GiB", contextSize: ctx })).rejects.toThrow(/the pack has no predictors .*train-predictor.*oracle/);
     await expect(loadSparseModel(defaultModel, { memory: "1GiB", contextSize: ctx })).rejects.toThrow(/is not a neuron pack/);
