@@ -24,7 +24,7 @@
 //            from the tokens it produced by then)
 //            --prebuilt-limited (also run the repacking prebuilt in the cgroup: it is known to
 //            produce no token there, so it is off by default)
-//            --only ID,ID (run only these: pipeline blocking sync pipeline-cached-gates
+//            --only ID,ID (run only these: pipeline blocking sync pipeline-cached-gates sync-cached-gates
 //            pipeline-resident sync-resident dense llama-prebuilt llama-norepack mmap-limited
 //            llama-norepack-limited llama-prebuilt-limited; writes to --out only if given)
 //            --no-evict (skip the eviction: shows how cached pages escape the limit; flagged)
@@ -581,6 +581,7 @@ const plan = [
   ["sync", `neuronpipe sync (sparse FFN inline, one thread), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "sync"]],
   // ablation: the same pipeline with gate rows cached, not pinned (what the pinned rows are worth)
   ["pipeline-cached-gates", `neuronpipe pipeline, gate rows cached (pinGates false), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "pipeline", "--pin-gates", "false"]],
+  ["sync-cached-gates", `neuronpipe sync, gate rows cached (pinGates false), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "sync", "--pin-gates", "false"]],
   ["pipeline-resident", "neuronpipe pipeline, whole FFN resident (sparse, no I/O)", "neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, planOpts)), "--engine", "pipeline"]],
   ["sync-resident", "neuronpipe sync (inline, the default decoder), whole FFN resident (sparse, no I/O)", "neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, planOpts)), "--engine", "sync"]],
   ["dense", "neuronpipe dense (the plain GGUF, mapped, in memory, no limit)", "dense", ["--model", model, "--engine", "dense"]],
