@@ -30,6 +30,8 @@ export class InlineDecoder implements Decoder {
   private step = 0;
   /** The traced decode step's clock (steps of a token run one after the other on this thread). */
   private clock?: TokenClock;
+  /** Bytes and requests the cache had read when the last span was marked. */
+  private readMark = { bytes: 0, reads: 0 };
   private readonly ffn = (layer: number, rs: RunState, nTok: number) => this.ffnBlock(layer, rs, nTok);
 
   constructor(readonly parts: SparseParts) {
@@ -128,7 +130,6 @@ export class InlineDecoder implements Decoder {
   }
 
   /** A cache load just ended: a read span if it read (synchronously, nothing overlaps it), else bookkeeping. */
-  private readMark = { bytes: 0, reads: 0 };
   private markLoad(clock: TokenClock, layer: number, phase: "gate" | "updown"): void {
     const now = this.readTotals();
     const m = this.readMark;
