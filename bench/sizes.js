@@ -13,6 +13,7 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { decodeSpeed } from "./lib/decode-speed.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
@@ -69,29 +70,11 @@ async function build(size) {
   return { model, pack };
 }
 
-/** Median decode tok/s of `reps` greedy generations (speed from the first token to the last). */
-async function speed(m) {
-  const s = m.createSession({ contextSize: ctx });
-  const runs = [];
-  try {
-    for (let i = 0; i < reps + 1; i++) {
-      s.reset();
-      const it = s.generate("Once upon a time", { maxTokens: i === 0 ? 4 : decode, temperature: 0 }); // the first is a warm-up
-      let n = 0;
-      let t0 = 0;
-      let t1 = 0;
-      while (!(await it.next()).done) {
-        t1 = performance.now();
-        if (++n === 1) t0 = t1;
-      }
-      if (i > 0) runs.push((n - 1) / ((t1 - t0) / 1000));
-    }
-  } finally {
-    s.dispose();
-  }
-  runs.sort((a, b) => a - b);
-  return { median: runs[(runs.length - 1) >> 1], min: runs[0], max: runs[runs.length - 1] };
-}
+/** Median decode tok/s of `reps` greedy generations after a 4-token warm-up. */
+const speed = async (m) => {
+  const r = await decodeSpeed(m, { prompt: "Once upon a time", tokens: decode, reps, warmup: 4, contextSize: ctx });
+  return { median: r.median, min: r.min, max: r.max };
+};
 
 const results = [];
 for (const size of SIZES) {

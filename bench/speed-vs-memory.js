@@ -12,6 +12,7 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { decodeSpeed } from "./lib/decode-speed.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
@@ -31,25 +32,14 @@ const points = [];
 for (const f of fractions) {
   const budget = np.budgetForFfnFraction(info, f, planOpts);
   const model = await np.loadSparseModel(pack, { memory: budget, contextSize: ctx, threads: Number(v.threads) });
-  const s = model.createSession();
-  const it = s.generate("The whale", { maxTokens: tokens, temperature: 0 });
-  let n = 0;
-  let t0 = 0;
-  let t1 = 0;
-  let r;
-  while (!(r = await it.next()).done) {
-    t1 = performance.now();
-    if (++n === 1) {
-      t0 = t1;
-      model.sparse.resetStats(); // decode passes only
-    }
-  }
+  // one generation; statistics of its decode passes only
+  const speed = await decodeSpeed(model, { prompt: "The whale", tokens, reps: 1, contextSize: ctx, onFirstToken: () => model.sparse.resetStats() });
   const rep = model.sparse.report();
   const sum = (g) => rep.reduce((a, x) => a + g(x), 0);
   const p = {
     ffnResident: model.sparse.plan.ffnResident,
     budget,
-    tokPerSec: (n - 1) / ((t1 - t0) / 1000),
+    tokPerSec: speed.median,
     hitRate: sum((x) => x.gateHits + x.upDownHits) / Math.max(1, sum((x) => x.gateAccesses + x.upDownAccesses)),
     bytesPerToken: sum((x) => x.bytesRead) / Math.max(1, rep[0].tokens),
     peakResidentBytes: model.sparse.peakResidentBytes,
@@ -58,49 +48,13 @@ for (const f of fractions) {
   process.stderr.write(
     `[speed-vs-memory] ${(100 * f).toFixed(0)}% of the FFN (budget ${(budget / 2 ** 20).toFixed(1)} MiB): ${p.tokPerSec.toFixed(1)} tok/s, hit rate ${(100 * p.hitRate).toFixed(1)}%, ${(p.bytesPerToken / 2 ** 20).toFixed(2)} MiB read/token\n`,
   );
-  s.dispose();
   model.dispose();
 }
 const dense = await np.loadModel(join(rootDir, "models", "neuronpipe-default.gguf"), { threads: Number(v.threads) });
-const ds = dense.createSession({ contextSize: ctx });
-let denseTps = 0;
-{
-  const it = ds.generate("The whale", { maxTokens: tokens, temperature: 0 });
-  let n = 0;
-  let t0 = 0;
-  let t1 = 0;
-  while (!(await it.next()).done) {
-    t1 = performance.now();
-    if (++n === 1) t0 = t1;
-  }
-  denseTps = (n - 1) / ((t1 - t0) / 1000);
-}
-ds.dispose();
+const denseTps = (await decodeSpeed(dense, { prompt: "The whale", tokens, reps: 1, contextSize: ctx })).median;
 dense.dispose();
 
 // ---- every decoder at 25%, 50% and 100% of the FFN: is the default one the fast one? -----------
-/** Median decode tok/s of `reps` greedy generations of `tokens` tokens (after the first token). */
-async function decodeSpeed(model, reps = 3) {
-  const s = model.createSession({ contextSize: ctx });
-  const runs = [];
-  try {
-    for (let i = 0; i < reps; i++) {
-      s.reset();
-      const it = s.generate("The whale", { maxTokens: tokens, temperature: 0 });
-      let n = 0;
-      let t0 = 0;
-      let t1 = 0;
-      while (!(await it.next()).done) {
-        t1 = performance.now();
-        if (++n === 1) t0 = t1;
-      }
-      runs.push((n - 1) / ((t1 - t0) / 1000));
-    }
-  } finally {
-    s.dispose();
-  }
-  return runs.sort((a, b) => a - b)[(runs.length - 1) >> 1];
-}
 const { DEFAULT_DECODER } = await import(pathToFileURL(join(rootDir, "dist", "src", "decode", "open.js")).href);
 const modes = [];
 for (const f of [0.25, 0.5, 1]) {
@@ -109,7 +63,7 @@ for (const f of [0.25, 0.5, 1]) {
   for (const decoder of ["inline", "pipeline", "blocking"]) {
     const model = await np.loadSparseModel(pack, { memory: budget, contextSize: ctx, threads: Number(v.threads), decoder });
     try {
-      row.tokPerSec[decoder] = await decodeSpeed(model);
+      row.tokPerSec[decoder] = (await decodeSpeed(model, { prompt: "The whale", tokens, contextSize: ctx })).median;
     } finally {
       await model[Symbol.asyncDispose]();
     }
@@ -121,7 +75,7 @@ for (const f of [0.25, 0.5, 1]) {
   process.stderr.write(`[speed-vs-memory] ${(100 * f).toFixed(0)}% of the FFN: ${Object.entries(row.tokPerSec).map(([k, x]) => `${k} ${x.toFixed(1)}`).join(", ")} tok/s; default (${DEFAULT_DECODER.pack}) ${(100 * row.defaultShareOfFastest).toFixed(0)}% of the fastest\n`);
 }
 const mm = await np.loadModel(pack, { decoder: "mmap", threads: Number(v.threads) });
-const mmapTps = await decodeSpeed(mm);
+const mmapTps = (await decodeSpeed(mm, { prompt: "The whale", tokens, contextSize: ctx })).median;
 mm.dispose();
 process.stderr.write(`[speed-vs-memory] mmap (dense over the mapped pack, no budget): ${mmapTps.toFixed(1)} tok/s; dense: ${denseTps.toFixed(1)}\n`);
 
