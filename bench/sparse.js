@@ -246,6 +246,19 @@ function summary(engine, m, extra = {}) {
   };
 }
 
+/** One greedy generation of n tokens from PROMPT on a fresh context of session `s`, traced into `trace` if given; onToken(id) per token. */
+async function generateTokens(s, n, onToken, trace) {
+  s.reset();
+  const it = s.generate(PROMPT, { maxTokens: n, temperature: 0, trace });
+  const toks = [];
+  let r;
+  while (!(r = await it.next()).done) {
+    toks.push(r.value.token);
+    onToken(r.value.token);
+  }
+  return toks;
+}
+
 /** neuronpipe on the pack with a memory budget: pipeline, blocking or sync (inline). */
 async function childNeuronpipe() {
   const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
@@ -262,17 +275,7 @@ async function childNeuronpipe() {
   const s = model.createSession();
   let trace;
   const traces = [];
-  const generate = async (n, onToken) => {
-    s.reset();
-    const it = s.generate(PROMPT, { maxTokens: n, temperature: 0, trace });
-    const toks = [];
-    let r;
-    while (!(r = await it.next()).done) {
-      toks.push(r.value.token);
-      onToken(r.value.token);
-    }
-    return toks;
-  };
+  const generate = (n, onToken) => generateTokens(s, n, onToken, trace);
   const sum = (rep, f) => rep.reduce((a, x) => a + f(x), 0);
   const m = await measure(generate, {
     loadSeconds,
@@ -355,17 +358,7 @@ async function childDense() {
   const { tokenBudget, formatBudget } = await import(pathToFileURL(join(rootDir, "dist", "src", "trace-tools", "budget.js")).href);
   const { cachedMachine } = await import(pathToFileURL(join(rootDir, "dist", "src", "tools", "machine.js")).href);
   let trace;
-  const generate = async (n, onToken) => {
-    s.reset();
-    const it = s.generate(PROMPT, { maxTokens: n, temperature: 0, trace });
-    const toks = [];
-    let r;
-    while (!(r = await it.next()).done) {
-      toks.push(r.value.token);
-      onToken(r.value.token);
-    }
-    return toks;
-  };
+  const generate = (n, onToken) => generateTokens(s, n, onToken, trace);
   const budgets = [];
   const m = await measure(generate, {
     loadSeconds,
