@@ -22,6 +22,7 @@ import os from "node:os";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { cpuTimes, otherLoad } from "./lib/measure.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
@@ -294,34 +295,6 @@ async function ensureModel(o) {
   process.stderr.write("\n");
   log(`model: written in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   return { path, synthesized: true, shape: o.shape, dims: shape, type: o.type };
-}
-
-/** Busy and total jiffies over all CPUs (/proc/stat), or undefined off Linux. */
-function cpuTimes() {
-  try {
-    const f = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
-    const idle = f[3] + (f[4] ?? 0); // idle + iowait
-    const total = f.slice(0, 8).reduce((a, b) => a + b, 0); // user..steal (guest is inside user)
-    return { busy: total - idle, total };
-  } catch {
-    return undefined;
-  }
-}
-
-/**
- * Average number of cores used by OTHER processes while an engine ran: all CPU time the
- * machine spent (from /proc/stat) minus this process's and the child's own. With 2 cores and
- * spinning thread pools, anything above ~0.1 makes the figures unreliable (llama.cpp's decode
- * was seen to drop 10× when another job held one core).
- */
-function otherLoad(before, after, wallSeconds, ownCpuSeconds) {
-  if (!before || !after || wallSeconds <= 0) return undefined;
-  const cores = os.cpus().length;
-  const dTotal = after.total - before.total;
-  if (dTotal <= 0) return undefined;
-  const hz = dTotal / (wallSeconds * cores); // jiffies per second per core, self-calibrated
-  const busySeconds = (after.busy - before.busy) / hz;
-  return Math.max(0, (busySeconds - ownCpuSeconds) / wallSeconds);
 }
 
 function runChild(engine, o, modelPath) {

@@ -224,6 +224,12 @@ function repSummary(cur) {
   };
 }
 
+/** Index of the generation whose speed is the median (for an even count, the lower middle one). */
+function medianRun(m) {
+  const order = m.reps.map((r, i) => [r.tokensPerSecond, i]).sort((a, b) => a[0] - b[0]);
+  return order[(order.length - 1) >> 1]?.[1] ?? 0;
+}
+
 /** The child's result: the measured generations and their median / spread. */
 function summary(engine, m, extra = {}) {
   const s = spread(m.reps.map((r) => r.tokensPerSecond));
@@ -312,8 +318,7 @@ async function childNeuronpipe() {
     },
   });
   // the figures of the run whose speed is the median (for an even count, the lower middle one)
-  const order = m.reps.map((r, i) => [r.tokensPerSecond, i]).sort((a, b) => a[0] - b[0]);
-  const mid = order[(order.length - 1) >> 1]?.[1] ?? 0;
+  const mid = medianRun(m);
   const med = m.reps[mid];
   if (v.svg && traces[mid]) {
     // decode steps 2–3 of that run (a session numbers its steps on across generations)
@@ -372,8 +377,7 @@ async function childDense() {
       },
     },
   });
-  const order = m.reps.map((r, i) => [r.tokensPerSecond, i]).sort((a, b) => a[0] - b[0]);
-  const out = summary(`neuronpipe ${decoder}`, m, { timeBudget: budgets[order[(order.length - 1) >> 1]?.[1] ?? 0] });
+  const out = summary(`neuronpipe ${decoder}`, m, { timeBudget: budgets[medianRun(m)] });
   s.dispose();
   model.dispose();
   return out;

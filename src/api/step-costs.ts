@@ -4,6 +4,7 @@
 import type { GGUFFile } from "../gguf/reader.js";
 import type { ModelConfig } from "../model/config.js";
 import type { StepCosts } from "../trace/recorder.js";
+import { predictorBytes } from "../sparse/memory-plan.js";
 import type { SparseParts } from "../sparse/parts.js";
 
 const ATTENTION = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm"];
@@ -32,11 +33,7 @@ export function stepCosts(file: GGUFFile, cfg: ModelConfig, sparse?: SparseParts
     costs.gateRowBytes = pack.gateBytes;
     costs.upDownRowBytes = pack.upBytes + pack.downBytes;
     costs.denseFfnBytes = cfg.nFF * (pack.gateBytes + pack.upBytes + pack.downBytes);
-    if (sparse.predictor === "trained" && pack.predictor) {
-      let p = 0;
-      for (const l of pack.predictor) p += l.fc1Bytes + l.fc2Bytes + (l.thresholdsOffset >= 0 ? cfg.nFF * 4 : 0);
-      costs.predictorBytes = p;
-    }
+    if (sparse.predictor === "trained" && pack.predictor) costs.predictorBytes = predictorBytes(pack);
   }
   return costs;
 }

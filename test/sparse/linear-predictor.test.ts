@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadModel, type Model } from "../../src/index.js";
 import { GGMLType, native } from "../../src/native.js";
+import { rng } from "../native/helpers.js";
 import { readPredictors, writePredictors, type LinearPredictor } from "../../src/sparse/predictor-file.js";
 import { Mat, mulT, orthonormalizeRows, symmetricEigen } from "../../src/tools/linalg.js";
 import { collectActivations, formatReport, trainPredictors, type PredictorResult } from "../../src/tools/train-predictor.js";
@@ -16,17 +17,6 @@ const root = join(import.meta.dirname, "..", "..");
 const dir = mkdtempSync(join(tmpdir(), "np-linear-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const n = native();
-
-function rng(seed: number) {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe("linear algebra", () => {
   it("mulT is X·Wᵀ; orthonormalizeRows gives orthonormal rows spanning the same space, even for nearly parallel rows", () => {

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { loadModel } from "../../src/index.js";
 import { native } from "../../src/native.js";
+import { rng } from "../native/helpers.js";
 import { collectActivations, formatReport, trainPredictors } from "../../src/tools/train-predictor.js";
 import { readPredictors, writePredictors, type MlpPredictor } from "../../src/sparse/predictor-file.js";
 
@@ -14,17 +15,6 @@ const root = join(import.meta.dirname, "..", "..");
 const dir = mkdtempSync(join(tmpdir(), "np-predictor-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const n = native();
-
-function rng(seed: number) {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function put(data: Float32Array | Uint8Array): number {
   const id = n.alloc(Math.max(4, data.byteLength));
