@@ -3,6 +3,7 @@
 import { closeSync, openSync } from "node:fs";
 import { native } from "../../native.js";
 import type { Pack } from "../pack/format.js";
+import { predictorBytes } from "../memory-plan.js";
 import { readIntoNative } from "../read-native.js";
 import type { PredictorWeights } from "./layout.js";
 
@@ -16,9 +17,7 @@ export function loadPredictorWeights(pack: Pack): PredictorWeights {
   const { nFF } = pack.config;
   const form = pack.predictor[0]!.form;
   for (const l of pack.predictor) if (l.form === "linear" && l.hidden > nFF) throw new Error(`${pack.path}: predictor rank ${l.hidden} exceeds n_ff ${nFF}`);
-  let bytes = 0;
-  for (const l of pack.predictor) bytes += l.fc1Bytes + l.fc2Bytes + (l.thresholdsOffset >= 0 ? nFF * 4 : 0);
-  const buf = n.alloc(bytes);
+  const buf = n.alloc(predictorBytes(pack)); // what the memory plan counted: the tensors back to back
   const fc1: number[] = [];
   const fc2: number[] = [];
   const thresholds: number[] = [];
