@@ -162,6 +162,16 @@ export interface NativeAddon {
    * destination contents of the batch are unspecified.
    */
   readBatch(loaderId: number, requests: Float64Array): number;
+  /**
+   * readBatch in the background: the same requests (same checks), then `copies`
+   * ([dstOffset, srcOffset, length]… from buffer copySrc into copyDst) once every read is
+   * complete. Returns a ticket at once; the reads and copies run FIFO on one background
+   * thread per process, which sleeps in the kernel while the device works, so the caller
+   * computes meanwhile. Do not touch the destinations before readBatchWait(ticket).
+   */
+  readBatchStart(loaderId: number, requests: Float64Array, copyDst: number, copySrc: number, copies: Float64Array): number;
+  /** Block until the ticket's batch is done; returns its bytes or throws its error ("readBatchWait: FILE: …"). Each ticket is waited for once. */
+  readBatchWait(ticket: number): number;
 
   // ---- activation predictor (native/src/predictor/) ----
   /**

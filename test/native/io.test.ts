@@ -180,6 +180,56 @@ describe("direct-I/O loader", () => {
     }
   });
 
+  for (const backend of backends)
+    it(`${backend}: background reads (readBatchStart/readBatchWait) land, then copy, byte for byte`, () => {
+      const id = N.openLoader(file, { backend, queueDepth: 16, directIO: true });
+      const nBlocks = (8 * MiB) / BLK;
+      const staging = N.alloc(64 * BLK);
+      const dst = N.alloc(64 * 5000);
+      // two batches in flight at once, each 32 blocks into its half of staging; each block's
+      // first 3000 bytes are then copied to an unaligned place in dst
+      const tickets: number[] = [];
+      const want = Buffer.alloc(64 * 5000);
+      for (let b = 0; b < 2; b++) {
+        const idx = blocks(32, nBlocks, 31 + b);
+        const req = new Float64Array(32 * 4);
+        const copies = new Float64Array(32 * 3);
+        for (let i = 0; i < 32; i++) {
+          const k = b * 32 + i;
+          req.set([idx[i] * BLK, BLK, staging, k * BLK], i * 4);
+          copies.set([k * 5000 + 7, k * BLK, 3000], i * 3);
+          ref.copy(want, k * 5000 + 7, idx[i] * BLK, idx[i] * BLK + 3000);
+        }
+        tickets.push(N.readBatchStart(id, req, dst, staging, copies));
+      }
+      expect(tickets[1]).toBeGreaterThan(tickets[0]);
+      expect(N.readBatchWait(tickets[1])).toBe(32 * BLK); // FIFO: the first is done too
+      expect(N.readBatchWait(tickets[0])).toBe(32 * BLK);
+      expect(Buffer.from(N.viewU8(dst, 0, 64 * 5000)).equals(want)).toBe(true);
+      // a ticket is waited for once; errors name the function
+      expect(() => N.readBatchWait(tickets[0])).toThrow(/readBatchWait: ticket \d+ is not a batch in flight/);
+      expect(() => N.readBatchStart(id, new Float64Array([100, BLK, staging, 0]), dst, staging, new Float64Array())).toThrow(
+        /readBatchStart: request 0 .*fileOffset 100 is not 4096-aligned/,
+      );
+      expect(() => N.readBatchStart(id, new Float64Array([0, BLK, staging, 0]), dst, staging, new Float64Array([64 * 5000 - 10, 0, 11]))).toThrow(
+        /readBatchStart: copy 0: dst range .* outside buffer of 320000 bytes/,
+      );
+      // a read error is reported by the wait, naming the file and offset; the loader still works
+      const t = N.readBatchStart(id, new Float64Array([8 * MiB, BLK, staging, 0]), dst, staging, new Float64Array());
+      expect(() => N.readBatchWait(t)).toThrow(`readBatchWait: ${file}: short read at offset ${8 * MiB}: got 0 of 4096 bytes`);
+      // freeing the buffers while a batch is in flight is safe: the batch holds them
+      const s2 = N.alloc(BLK);
+      const d2 = N.alloc(BLK);
+      const t2 = N.readBatchStart(id, new Float64Array([BLK, BLK, s2, 0]), d2, s2, new Float64Array([0, 0, BLK]));
+      N.free(s2);
+      expect(N.readBatchWait(t2)).toBe(BLK);
+      expect(Buffer.from(N.viewU8(d2, 0, BLK)).equals(ref.subarray(BLK, 2 * BLK))).toBe(true);
+      N.free(d2);
+      N.free(staging);
+      N.free(dst);
+      N.closeLoader(id);
+    });
+
   it("refuses a read-only file mapping as destination", () => {
     const m = N.mapFile(file);
     const id = N.openLoader(file, { backend: "pread", queueDepth: 1, directIO: false });

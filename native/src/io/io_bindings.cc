@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/async_reads.h"
 #include "io/loader.h"
 #include "registry.h"
 
@@ -101,12 +102,11 @@ Napi::Value CloseLoader(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// readBatch(loaderId, requests: Float64Array of 4 numbers per request
-//           [fileOffset, length, dstBufferId, dstOffset]) -> total bytes read
-Napi::Value ReadBatch(const Napi::CallbackInfo& info) {
-  const char* fn = "readBatch";
+// Requests [fileOffset, length, dstBufferId, dstOffset]… of info[1], checked (bounds, O_DIRECT
+// alignment); destinations stay alive through `bufs`. Returns the total bytes.
+double parseReads(const Napi::CallbackInfo& info, const char* fn, const Loader& l, std::unordered_map<int64_t, BufferRef>& bufs,
+                  std::vector<ReadReq>& reqs) {
   Napi::Env env = info.Env();
-  auto l = getLoader(info, fn);
   if (info.Length() < 2 || !info[1].IsTypedArray() ||
       info[1].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
     typeErr(env, fn, "requests must be a Float64Array of [fileOffset, length, dstBufferId, dstOffset] per request");
@@ -115,9 +115,7 @@ Napi::Value ReadBatch(const Napi::CallbackInfo& info) {
   if (len % 4 != 0) rangeErr(env, fn, "requests length " + std::to_string(len) + " is not a multiple of 4");
   const size_t n = len / 4;
   const double* d = a.Data();
-  const bool direct = l->directIO();
-  std::unordered_map<int64_t, BufferRef> bufs;  // keeps destinations alive during the reads
-  std::vector<ReadReq> reqs;
+  const bool direct = l.directIO();
   reqs.reserve(n);
   double total = 0;
   const char* names[4] = {"fileOffset", "length", "dstBufferId", "dstOffset"};
@@ -155,12 +153,83 @@ Napi::Value ReadBatch(const Napi::CallbackInfo& info) {
     reqs.push_back({(uint64_t)off, (uint64_t)ln, dst});
     total += (double)ln;
   }
+  return total;
+}
+
+// readBatch(loaderId, requests: Float64Array of 4 numbers per request
+//           [fileOffset, length, dstBufferId, dstOffset]) -> total bytes read
+Napi::Value ReadBatch(const Napi::CallbackInfo& info) {
+  const char* fn = "readBatch";
+  auto l = getLoader(info, fn);
+  std::unordered_map<int64_t, BufferRef> bufs;  // keeps destinations alive during the reads
+  std::vector<ReadReq> reqs;
+  const double total = parseReads(info, fn, *l, bufs, reqs);
   try {
     l->readBatch(reqs);
   } catch (const std::exception& e) {
+    throw Napi::Error::New(info.Env(), std::string(fn) + ": " + e.what());
+  }
+  return Napi::Number::New(info.Env(), total);
+}
+
+// readBatchStart(loaderId, requests, copyDst, copySrc, copies: Float64Array of
+//                [dstOffset, srcOffset, length] per copy) -> ticket
+// The reads, then the copies (copySrc -> copyDst), run in the background (async_reads.h).
+Napi::Value ReadBatchStart(const Napi::CallbackInfo& info) {
+  const char* fn = "readBatchStart";
+  Napi::Env env = info.Env();
+  auto l = getLoader(info, fn);
+  std::unordered_map<int64_t, BufferRef> bufs;
+  AsyncJob job;
+  job.bytes = (uint64_t)parseReads(info, fn, *l, bufs, job.reqs);
+  if (info.Length() < 5 || !info[2].IsNumber() || !info[3].IsNumber() || !info[4].IsTypedArray() ||
+      info[4].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
+    typeErr(env, fn, "expected (loaderId, requests, copyDst, copySrc, copies: Float64Array of [dstOffset, srcOffset, length] per copy)");
+  auto bufArg = [&](int i, const char* name) {
+    const double v = info[i].As<Napi::Number>().DoubleValue();
+    BufferRef b = std::isfinite(v) && v >= 0 && v == std::floor(v) ? np::registryGet((int64_t)v) : nullptr;
+    if (!b) rangeErr(env, fn, std::string(name) + " " + fmt(v) + " is not a live buffer");
+    return b;
+  };
+  BufferRef dst = bufArg(2, "copyDst"), src = bufArg(3, "copySrc");
+  if (dst->kind == np::BufKind::Mapped) rangeErr(env, fn, "copyDst is a read-only file mapping");
+  Napi::Float64Array c = info[4].As<Napi::Float64Array>();
+  if (c.ElementLength() % 3 != 0) rangeErr(env, fn, "copies length " + std::to_string(c.ElementLength()) + " is not a multiple of 3");
+  const double* r = c.Data();
+  auto whole = [](double v) { return std::isfinite(v) && v >= 0 && v == std::floor(v) && v <= 9007199254740991.0; };
+  for (size_t i = 0; i < c.ElementLength() / 3; i++) {
+    const double dOff = r[3 * i], sOff = r[3 * i + 1], len = r[3 * i + 2];
+    if (!whole(dOff) || !whole(sOff) || !whole(len))
+      rangeErr(env, fn, "copy " + std::to_string(i) + ": offsets and length must be whole numbers >= 0");
+    if (dOff + len > (double)dst->size)
+      rangeErr(env, fn, "copy " + std::to_string(i) + ": dst range [" + fmt(dOff) + ", " + fmt(dOff + len) + ") outside buffer of " +
+                            std::to_string(dst->size) + " bytes");
+    if (sOff + len > (double)src->size)
+      rangeErr(env, fn, "copy " + std::to_string(i) + ": src range [" + fmt(sOff) + ", " + fmt(sOff + len) + ") outside buffer of " +
+                            std::to_string(src->size) + " bytes");
+    job.copies.push_back({dst->ptr + (size_t)dOff, src->ptr + (size_t)sOff, (size_t)len});
+  }
+  job.loader = l;
+  for (auto& [id, b] : bufs) job.keep.push_back(b);
+  job.keep.push_back(dst);
+  job.keep.push_back(src);
+  return Napi::Number::New(env, (double)asyncSubmit(std::move(job)));
+}
+
+// readBatchWait(ticket) -> bytes read; throws the batch's error.
+Napi::Value ReadBatchWait(const Napi::CallbackInfo& info) {
+  const char* fn = "readBatchWait";
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsNumber()) typeErr(env, fn, "ticket must be a number");
+  const double v = info[0].As<Napi::Number>().DoubleValue();
+  if (!std::isfinite(v) || v != std::floor(v) || v < 1) rangeErr(env, fn, "ticket out of range: " + fmt(v));
+  try {
+    return Napi::Number::New(env, (double)asyncWait((uint64_t)v));
+  } catch (const std::out_of_range& e) {
+    rangeErr(env, fn, e.what());
+  } catch (const std::exception& e) {
     throw Napi::Error::New(env, std::string(fn) + ": " + e.what());
   }
-  return Napi::Number::New(env, total);
 }
 
 }  // namespace
@@ -173,6 +242,8 @@ void RegisterIo(Napi::Env env, Napi::Object exports) {
   def("loaderInfo", LoaderInfo);
   def("closeLoader", CloseLoader);
   def("readBatch", ReadBatch);
+  def("readBatchStart", ReadBatchStart);
+  def("readBatchWait", ReadBatchWait);
 }
 
 }  // namespace np::io

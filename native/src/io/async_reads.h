@@ -1,0 +1,39 @@
+// Reads that complete in the background while the caller computes: a batch of loader reads
+// into staging, then copies from staging into their destinations, run FIFO on one background
+// thread per process. The thread mostly sleeps in the kernel (io_uring or the pread pool does
+// the I/O), so it does not take a core from compute. The caller waits for a ticket before it
+// touches the destinations; the job holds references to its buffers, so freeing one while a
+// job is in flight is safe.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "io/loader.h"
+#include "registry.h"
+
+namespace np::io {
+
+struct AsyncCopy {
+  uint8_t* dst;
+  const uint8_t* src;
+  size_t n;
+};
+
+struct AsyncJob {
+  std::shared_ptr<Loader> loader;
+  std::vector<ReadReq> reqs;
+  std::vector<AsyncCopy> copies;  // after every read of the batch is complete
+  std::vector<BufferRef> keep;    // buffers the reads and copies touch
+  uint64_t bytes = 0;
+};
+
+// Queues the job; returns its ticket (> 0).
+uint64_t asyncSubmit(AsyncJob&& job);
+// Blocks until the ticket's job is done and forgets it; returns the bytes read or throws the
+// job's error (std::runtime_error). Unknown tickets (never issued, or already waited for) throw
+// std::out_of_range.
+uint64_t asyncWait(uint64_t ticket);
+
+}  // namespace np::io
