@@ -170,8 +170,12 @@ export interface NativeAddon {
    * computes meanwhile. Do not touch the destinations before readBatchWait(ticket).
    */
   readBatchStart(loaderId: number, requests: Float64Array, copyDst: number, copySrc: number, copies: Float64Array): number;
-  /** Block until the ticket's batch is done; returns its bytes or throws its error ("readBatchWait: FILE: …"). Each ticket is waited for once. */
-  readBatchWait(ticket: number): number;
+  /**
+   * Block until the ticket's batch is done; returns its bytes and when the background thread
+   * ran it (t0, t1: µs on process.hrtime's clock, as the trace's nowUs), or throws its error
+   * ("readBatchWait: FILE: …"). Each ticket is waited for once.
+   */
+  readBatchWait(ticket: number): { bytes: number; t0: number; t1: number };
 
   // ---- activation predictor (native/src/predictor/) ----
   /**

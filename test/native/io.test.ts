@@ -203,8 +203,16 @@ describe("direct-I/O loader", () => {
         tickets.push(N.readBatchStart(id, req, dst, staging, copies));
       }
       expect(tickets[1]).toBeGreaterThan(tickets[0]);
-      expect(N.readBatchWait(tickets[1])).toBe(32 * BLK); // FIFO: the first is done too
-      expect(N.readBatchWait(tickets[0])).toBe(32 * BLK);
+      const before = Number(process.hrtime.bigint() / 1000n);
+      const second = N.readBatchWait(tickets[1]); // FIFO: the first is done too
+      const after = Number(process.hrtime.bigint() / 1000n);
+      const first = N.readBatchWait(tickets[0]);
+      expect([first.bytes, second.bytes]).toEqual([32 * BLK, 32 * BLK]);
+      // the times are on process.hrtime's clock: the batches ran one after the other, before the wait returned
+      expect(first.t0).toBeLessThanOrEqual(first.t1);
+      expect(first.t1).toBeLessThanOrEqual(second.t0);
+      expect(second.t1).toBeLessThanOrEqual(after + 1);
+      expect(second.t1).toBeGreaterThan(before - 10_000_000);
       expect(Buffer.from(N.viewU8(dst, 0, 64 * 5000)).equals(want)).toBe(true);
       // a ticket is waited for once; errors name the function
       expect(() => N.readBatchWait(tickets[0])).toThrow(/readBatchWait: ticket \d+ is not a batch in flight/);
@@ -222,7 +230,7 @@ describe("direct-I/O loader", () => {
       const d2 = N.alloc(BLK);
       const t2 = N.readBatchStart(id, new Float64Array([BLK, BLK, s2, 0]), d2, s2, new Float64Array([0, 0, BLK]));
       N.free(s2);
-      expect(N.readBatchWait(t2)).toBe(BLK);
+      expect(N.readBatchWait(t2).bytes).toBe(BLK);
       expect(Buffer.from(N.viewU8(d2, 0, BLK)).equals(ref.subarray(BLK, 2 * BLK))).toBe(true);
       N.free(d2);
       N.free(staging);

@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <mutex>
 #include <stdexcept>
@@ -16,8 +17,14 @@ namespace {
 struct Result {
   bool done = false;
   std::string error;
-  uint64_t bytes = 0;
+  AsyncDone what{0, 0, 0};
 };
+
+double monotonicUs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)(ts.tv_nsec / 1000);
+}
 
 class AsyncReads {
  public:
@@ -40,7 +47,7 @@ class AsyncReads {
     return t;
   }
 
-  uint64_t wait(uint64_t ticket) {
+  AsyncDone wait(uint64_t ticket) {
     std::unique_lock<std::mutex> g(mu_);
     auto it = results_.find(ticket);
     if (it == results_.end()) throw std::out_of_range("ticket " + std::to_string(ticket) + " is not a batch in flight");
@@ -48,7 +55,7 @@ class AsyncReads {
     Result r = std::move(it->second);
     results_.erase(it);
     if (!r.error.empty()) throw std::runtime_error(r.error);
-    return r.bytes;
+    return r.what;
   }
 
  private:
@@ -62,6 +69,7 @@ class AsyncReads {
       g.unlock();
       std::string err;
       const uint64_t bytes = job.bytes;
+      const double t0 = monotonicUs();
       try {
         job.loader->readBatch(job.reqs);
         for (const AsyncCopy& c : job.copies)
@@ -70,11 +78,12 @@ class AsyncReads {
         err = e.what();
       }
       job = AsyncJob{};  // drop buffer references before reporting done
+      const double t1 = monotonicUs();
       g.lock();
       Result& r = results_[ticket];
       r.done = true;
       r.error = std::move(err);
-      r.bytes = bytes;
+      r.what = AsyncDone{bytes, t0, t1};
       doneCv_.notify_all();
     }
   }
@@ -96,6 +105,6 @@ AsyncReads& instance() {
 }  // namespace
 
 uint64_t asyncSubmit(AsyncJob&& job) { return instance().submit(std::move(job)); }
-uint64_t asyncWait(uint64_t ticket) { return instance().wait(ticket); }
+AsyncDone asyncWait(uint64_t ticket) { return instance().wait(ticket); }
 
 }  // namespace np::io

@@ -29,11 +29,18 @@ struct AsyncJob {
   uint64_t bytes = 0;
 };
 
+struct AsyncDone {
+  uint64_t bytes;
+  // when the background thread started and finished the job: CLOCK_MONOTONIC µs, the clock of
+  // Node's process.hrtime (traces place the reads on the timeline with them)
+  double t0Us, t1Us;
+};
+
 // Queues the job; returns its ticket (> 0).
 uint64_t asyncSubmit(AsyncJob&& job);
-// Blocks until the ticket's job is done and forgets it; returns the bytes read or throws the
+// Blocks until the ticket's job is done and forgets it; returns what it did or throws the
 // job's error (std::runtime_error). Unknown tickets (never issued, or already waited for) throw
 // std::out_of_range.
-uint64_t asyncWait(uint64_t ticket);
+AsyncDone asyncWait(uint64_t ticket);
 
 }  // namespace np::io

@@ -216,7 +216,8 @@ Napi::Value ReadBatchStart(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, (double)asyncSubmit(std::move(job)));
 }
 
-// readBatchWait(ticket) -> bytes read; throws the batch's error.
+// readBatchWait(ticket) -> { bytes, t0, t1 } (t0/t1: when the background thread ran the batch,
+// µs of the clock of process.hrtime); throws the batch's error.
 Napi::Value ReadBatchWait(const Napi::CallbackInfo& info) {
   const char* fn = "readBatchWait";
   Napi::Env env = info.Env();
@@ -224,7 +225,12 @@ Napi::Value ReadBatchWait(const Napi::CallbackInfo& info) {
   const double v = info[0].As<Napi::Number>().DoubleValue();
   if (!std::isfinite(v) || v != std::floor(v) || v < 1) rangeErr(env, fn, "ticket out of range: " + fmt(v));
   try {
-    return Napi::Number::New(env, (double)asyncWait((uint64_t)v));
+    const AsyncDone d = asyncWait((uint64_t)v);
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("bytes", (double)d.bytes);
+    o.Set("t0", d.t0Us);
+    o.Set("t1", d.t1Us);
+    return o;
   } catch (const std::out_of_range& e) {
     rangeErr(env, fn, e.what());
   } catch (const std::exception& e) {
