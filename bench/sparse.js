@@ -86,6 +86,7 @@ const { values: v } = parseArgs({
     engine: { type: "string" },
     peer: { type: "string" },
     "pin-gates": { type: "string" },
+    "read-ahead": { type: "string" },
     svg: { type: "string" },
     prepare: { type: "boolean", default: false },
     help: { type: "boolean", short: "h", default: false },
@@ -275,7 +276,8 @@ async function childNeuronpipe() {
   const engine = v.engine ?? "pipeline";
   const t0 = performance.now();
   const pinGates = v["pin-gates"] === undefined ? undefined : v["pin-gates"] === "true" ? true : v["pin-gates"] === "false" ? false : "auto";
-  const model = await np.loadSparseModel(v.model, { memory: Number(v.budget), threads, contextSize: ctx, decoder: engine === "sync" ? "inline" : engine, pinGates });
+  const readAhead = v["read-ahead"] === undefined ? undefined : Number(v["read-ahead"]);
+  const model = await np.loadSparseModel(v.model, { memory: Number(v.budget), threads, contextSize: ctx, decoder: engine === "sync" ? "inline" : engine, pinGates, readAhead });
   const loadSeconds = (performance.now() - t0) / 1000;
   log(`neuronpipe (${engine}): loaded in ${loadSeconds.toFixed(1)} s\n${model.sparse.describe()}\n${model.decoder.describe()}`);
   const s = model.createSession();
@@ -578,6 +580,7 @@ const plan = [
   ["sync", `neuronpipe sync (sparse FFN inline, one thread), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "sync"]],
   // ablation: the same pipeline with gate rows cached, not pinned (what the pinned rows are worth)
   ["pipeline-cached-gates", `neuronpipe pipeline, gate rows cached (pinGates false), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "pipeline", "--pin-gates", "false"]],
+  ["sync-no-ahead", `neuronpipe sync without reads ahead (--read-ahead 0), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "sync", "--read-ahead", "0"]],
   ["sync-cached-gates", `neuronpipe sync, gate rows cached (pinGates false), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "sync", "--pin-gates", "false"]],
   ["pipeline-resident", "neuronpipe pipeline, whole FFN resident (sparse, no I/O)", "neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, planOpts)), "--engine", "pipeline"]],
   ["sync-resident", "neuronpipe sync (inline, the default decoder), whole FFN resident (sparse, no I/O)", "neuronpipe", ["--model", pack, "--budget", String(np.budgetForFfnFraction(packInfo, 1, planOpts)), "--engine", "sync"]],

@@ -29,6 +29,7 @@ export const modelFlags = {
   io: { type: "string" },
   "queue-depth": { type: "string" },
   "pin-gates": { type: "string" },
+  "read-ahead": { type: "string" },
   "sparse-stats": { type: "boolean" },
   trace: { type: "string" },
 } as const;
@@ -43,6 +44,8 @@ export const modelFlagsHelp: Record<keyof typeof modelFlags, string> = {
   "queue-depth": "neuron pack only: reads in flight (default 32)",
   "pin-gates":
     "neuron pack only: auto (default: keep every gate row resident when they take ≤ 75% of the neuron cache), on or off; with pinned gate rows a predicted neuron costs a read only if it fires",
+  "read-ahead":
+    "neuron pack, inline decoder: neurons per batch of reads ahead (default min(1024, n_ff/8) when that staging is ≤ 5% of the up+down cache, else none; 0 off): with pinned gate rows, the next layer's likely-firing neurons are read in the background while this layer computes",
   "sparse-stats": "neuron pack only: print per-layer hit rate and bytes read per token",
   trace: "record actor events and I/O/kernel intervals as JSON lines to this file (`neuronpipe trace export|plot|stats|replay`)",
 };
@@ -60,6 +63,7 @@ export async function openFromFlags(path: string, v: Values, o: { threads?: numb
   const backend = v.io as string | undefined;
   if (backend !== undefined && backend !== "auto" && backend !== "uring" && backend !== "pread") throw new UsageError(`--io must be auto, uring or pread, got "${backend}"`);
   const queueDepth = num(v["queue-depth"], "queue-depth", { int: true, min: 1 });
+  const readAhead = num(v["read-ahead"], "read-ahead", { int: true, min: 0 });
   const pin = v["pin-gates"] as string | undefined;
   if (pin !== undefined && pin !== "auto" && pin !== "on" && pin !== "off") throw new UsageError(`--pin-gates must be auto, on or off, got "${pin}"`);
   const opts: OpenOptions = {
@@ -69,6 +73,7 @@ export async function openFromFlags(path: string, v: Values, o: { threads?: numb
     predictor,
     io: backend !== undefined || queueDepth !== undefined ? { backend, queueDepth } : undefined,
     pinGates: pin === undefined ? undefined : pin === "auto" ? "auto" : pin === "on",
+    readAhead,
     onProgress: v.json ? undefined : progressBar("loading the hot region"),
   };
   // the plan's context is the session's (a pack's memory plan holds one session)
@@ -85,7 +90,7 @@ export async function openFromFlags(path: string, v: Values, o: { threads?: numb
 
 /** Library option names in a message → the flags a CLI user typed. */
 function flagNames(msg: string): string {
-  const names: Record<string, string> = { memory: "--memory", predictor: "--predictor", io: "--io", pinGates: "--pin-gates", decoder: "--decoder", contextSize: "--ctx", threads: "--threads" };
+  const names: Record<string, string> = { memory: "--memory", predictor: "--predictor", io: "--io", pinGates: "--pin-gates", readAhead: "--read-ahead", decoder: "--decoder", contextSize: "--ctx", threads: "--threads" };
   return msg.replace(/^(\w+)(?= )/, (w) => names[w] ?? w).replace(/decoder "(\w+)"/, "--decoder $1");
 }
 

@@ -9,9 +9,14 @@
 //     cache.loadUpDown             up+down of A resident (cold: one more block each)
 //     upAct, down                  h = act(g)·u;  o += Σ h·down   (A ascending)
 //
-// Reads happen synchronously inside the cache's loads; nothing overlaps. The down projection
-// accumulates in pack order whatever the chunking, so the logits are bit-identical to every
-// other decoder's for any budget.
+//   (decode, pinned gates) lookAhead, cache.readAhead
+//                                  the likely-firing neurons of layers L+1 and L+2 that are not
+//                                  resident are read in the background while this thread goes
+//                                  on; a layer's first loadUpDown waits for its batch
+//
+// Other reads happen synchronously inside the cache's loads. The down projection accumulates in
+// pack order whatever the chunking, and reads ahead only change where bytes come from, so the
+// logits are bit-identical to every other decoder's for any budget.
 import type { ForwardOptions, RunState } from "../model/forward.js";
 import { forward } from "../model/forward.js";
 import { FfnSteps } from "../sparse/ffn/steps.js";
@@ -26,6 +31,11 @@ export class InlineDecoder implements Decoder {
   trace: TraceRecorder | undefined;
   /** Evict predicted-but-silent cold neurons first (NeuronCache.demoteSilent). */
   demote = true;
+  /** Read a later layer's likely-firing neurons in the background (when the plan has read-ahead staging and pinned gates). */
+  readAhead = true;
+  /** How many layers ahead: at the end of layer L, layer L+aheadLayers's neurons are read (as many batches in flight). */
+  aheadLayers = 2;
+  private aheadIssued = 0; // the last layer of this token whose reads ahead were issued
   private readonly steps: FfnSteps;
   private step = 0;
   /** The traced decode step's clock (steps of a token run one after the other on this thread). */
@@ -85,7 +95,9 @@ export class InlineDecoder implements Decoder {
   async idle(): Promise<void> {}
 
   describe(): string {
-    return "decoder: inline (sparse FFN on the calling thread: predict, read what is missing, compute)";
+    const { cache, plan, pack } = this.parts;
+    const ahead = this.readAhead && cache.pinned && cache.aheadStaging >= 0;
+    return `decoder: inline (sparse FFN on the calling thread: predict, read what is missing, compute)${ahead ? `; reads ahead: the next ${this.aheadLayers} layers' likely-firing neurons in the background, up to ${Math.floor(plan.readAheadBytes / pack.upDownBlock / this.aheadLayers)} per layer` : ""}`;
   }
 
   async dispose(): Promise<void> {
@@ -95,10 +107,12 @@ export class InlineDecoder implements Decoder {
   /** o = FFN(xb) of `layer` for each token of the batch; x (the residual before ffn_norm) feeds the predictor. */
   private ffnBlock(layer: number, rs: RunState, nTok: number): void {
     const bytes = this.parts.pack.config.nEmbd * 4;
-    for (let t = 0; t < nTok; t++) this.token(layer, { buf: rs.buf, x: rs.x + t * bytes, xb: rs.xb + t * bytes, o: rs.o + t * bytes });
+    // reads ahead in decode only: with a batch the next FFN is this layer's, for the next token
+    const ahead = nTok === 1 && this.readAhead && this.parts.cache.pinned && this.parts.cache.aheadStaging >= 0;
+    for (let t = 0; t < nTok; t++) this.token(layer, { buf: rs.buf, x: rs.x + t * bytes, xb: rs.xb + t * bytes, o: rs.o + t * bytes }, ahead);
   }
 
-  private token(layer: number, t: { buf: number; x: number; xb: number; o: number }): void {
+  private token(layer: number, t: { buf: number; x: number; xb: number; o: number }, ahead: boolean): void {
     const { steps, parts } = this;
     const { cache } = parts;
     const st = parts.ffnStats[layer]!;
@@ -118,6 +132,7 @@ export class InlineDecoder implements Decoder {
       if (this.demote) cache.demoteSilent(layer, slots.subarray(start), g.nSilent);
       st.fired += g.nA;
       if (g.nA > 0) {
+        this.settle(layer);
         cache.loadUpDown(layer, aPos.subarray(start), g.nA, aSlots.subarray(start));
         if (clock) this.markLoad(clock, layer, "updown");
         steps.upAct(t, start, g.nA);
@@ -127,6 +142,28 @@ export class InlineDecoder implements Decoder {
       }
       start = end;
     }
+    this.settle(layer);
+    const { config } = parts.pack;
+    if (!ahead) return;
+    // layers layer+1 … layer+aheadLayers that have no batch yet (after layer 0: all of them; then one)
+    if (layer === 0) this.aheadIssued = 0;
+    for (let next = Math.max(this.aheadIssued, layer) + 1; next <= Math.min(layer + this.aheadLayers, config.nLayer - 1); next++) {
+      const c = steps.lookAhead(next, t, parts.weights.layers[next]!.ffnNorm, config.rmsEps, parts.predictor === "oracle");
+      const n = cache.readAhead(next, aPos, c, this.aheadLayers);
+      this.aheadIssued = next;
+      clock?.mark("predictor", "predict", next, { neurons: n });
+    }
+  }
+
+  /** Wait for the reads ahead of `layer` (and any issued before them), and trace them: the background reads on the I/O lane, the wait as bookkeeping. */
+  private settle(layer: number): void {
+    const { cache } = this.parts;
+    if (!cache.readingAhead(layer)) return;
+    const done = cache.settleLayer(layer);
+    const clock = this.clock;
+    if (!clock) return;
+    for (const d of done) clock.trace.span({ lane: "io", name: "read", t0: d.t0, t1: d.t1, token: clock.step, layer: d.layer, bytes: d.bytes, reads: d.reads, phase: "ahead" });
+    clock.mark("scheduler", "plan", layer);
   }
 
   /** A cache load just ended: a read span if it read (synchronously, nothing overlaps it), else bookkeeping. */
@@ -141,9 +178,10 @@ export class InlineDecoder implements Decoder {
   private readTotals(): { bytes: number; reads: number } {
     let bytes = 0;
     let reads = 0;
+    // reads ahead are traced when they complete (settle), not as synchronous loads
     for (const s of this.parts.cache.stats) {
-      bytes += s.bytesRead;
-      reads += s.reads;
+      bytes += s.bytesRead - s.aheadBytes;
+      reads += s.reads - s.aheadReads;
     }
     return { bytes, reads };
   }

@@ -47,6 +47,8 @@ export interface OpenOptions {
   stagingNeurons?: number;
   /** Keep every gate row resident and cache up+down only: true, false, or "auto" (default: when the gate rows take ≤ 75% of the neuron cache; never in the blocking decoder, whose LLMFlash cache holds whole bundles). */
   pinGates?: boolean | "auto";
+  /** Neurons per batch of reads ahead (inline decoder with pinned gates: the next layer's likely-firing neurons are read in the background while this layer computes); default min(1024, n_ff/8) when that staging is at most 5% of the up+down cache (on a small model it would cost more hits than reading ahead saves), else none; given explicitly it is used whatever its share; 0 turns reads ahead off. */
+  readAhead?: number;
   /** Knobs of the pipeline and blocking decoders (docs/pipeline.md). */
   pipeline?: Omit<PipelineOptions, "mode">;
   /** Progress of the hot-region preload. */
@@ -57,7 +59,7 @@ export interface OpenOptions {
 export const DEFAULT_DECODER = { plain: "dense", pack: "inline" } as const satisfies Record<string, DecoderKind>;
 
 /** Options that only a neuron pack takes. */
-export const PACK_ONLY_OPTIONS = ["memory", "predictor", "io", "clusterSize", "hotShare", "clusterAdmit", "stagingNeurons", "pinGates", "pipeline"] as const;
+export const PACK_ONLY_OPTIONS = ["memory", "predictor", "io", "clusterSize", "hotShare", "clusterAdmit", "stagingNeurons", "pinGates", "readAhead", "pipeline"] as const;
 
 /** A model file, opened: what Model wraps. */
 export interface OpenedModel {
@@ -102,6 +104,10 @@ export function resolveDecoder(path: string, pack: boolean, o: OpenOptions): Dec
   }
   if (o.predictor !== undefined && o.predictor !== "trained" && o.predictor !== "oracle") throw new RangeError(`predictor must be "trained" or "oracle", got ${String(o.predictor)}`);
   if (kind === "blocking" && o.pinGates === true) throw new RangeError("pinGates: the blocking decoder (LLMFlash) caches whole bundles; it cannot pin gate rows");
+  if (o.readAhead !== undefined) {
+    if (!(Number.isInteger(o.readAhead) && o.readAhead >= 0 && o.readAhead <= 65536)) throw new RangeError(`readAhead must be a whole number of neurons in [0, 65536], got ${o.readAhead}`);
+    if (kind !== "inline") throw new RangeError(`readAhead applies to the inline decoder, not ${kind} (the pipeline overlaps its reads on the I/O worker)`);
+  }
   if (o.pipeline !== undefined && kind !== "pipeline" && kind !== "blocking") throw new RangeError(`pipeline options apply to the pipeline and blocking decoders, not ${kind}`);
   return kind;
 }
@@ -147,7 +153,7 @@ export async function openModelFile(path: string, o: OpenOptions = {}): Promise<
     budget,
     predictor,
     io,
-    plan: planOptions(cfg, { ...o, stagingNeurons, pinGates, predictor: predictor === "trained" }),
+    plan: planOptions(cfg, { ...o, stagingNeurons, pinGates, predictor: predictor === "trained", readAheadNeurons: kind === "inline" ? o.readAhead : 0, readAheadMaxShare: o.readAhead !== undefined ? 1 : undefined }),
     preload: kind !== "blocking", // LLMFlash's window cache starts empty
     onProgress: o.onProgress,
     signal: o.signal,

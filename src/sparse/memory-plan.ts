@@ -7,6 +7,7 @@ import type { ModelConfig } from "../model/config.js";
 import { runStateBytes, kvCacheBytes } from "../model/forward.js";
 import type { TensorInfo } from "../gguf/reader.js";
 import type { Pack } from "./pack/format.js";
+import { ffnScratchBytes } from "./ffn/layout.js";
 import { formatBytes, parseBytes } from "../util/bytes.js";
 
 export { formatBytes, parseBytes };
@@ -35,6 +36,15 @@ export interface PlanOptions {
    */
   pinGates: boolean | "auto";
   pinGatesShare: number;
+  /**
+   * Up+down blocks the read-ahead staging holds (the inline decoder with pinned gates reads the
+   * next layers' likely-firing neurons in the background while this layer computes); default
+   * min(1024, n_ff/8), 0: no reads ahead (the other decoders). Its staging is part of the fixed
+   * region's I/O staging line.
+   */
+  readAheadNeurons: number;
+  /** Reads ahead only when their staging is at most this share of the neuron cache (on a small model the staging costs more hits than reading ahead saves). */
+  readAheadMaxShare: number;
 }
 
 /** Plan options with loadSparseModel's defaults for what is not given. */
@@ -49,6 +59,8 @@ export function planOptions(cfg: ModelConfig, o: Partial<PlanOptions> = {}): Pla
     predictor: o.predictor ?? true,
     pinGates: o.pinGates ?? "auto",
     pinGatesShare: o.pinGatesShare ?? 0.75,
+    readAheadNeurons: o.readAheadNeurons ?? Math.min(1024, Math.ceil(cfg.nFF / 8)),
+    readAheadMaxShare: o.readAheadMaxShare ?? 0.05,
   };
 }
 
@@ -59,6 +71,8 @@ export interface MemoryPlan {
   fixedTotal: number;
   /** Usable bytes of the I/O staging buffer: whole bundles, at least one hot cluster. */
   stagingBytes: number;
+  /** Bytes of the read-ahead staging buffer (readAheadNeurons up+down blocks; 0: none). */
+  readAheadBytes: number;
   /** Bytes of one cache slot, 64-byte rounded: gate row + up row + down column, or up + down with pinned gates. */
   slotBytes: number;
   /** Gate rows of all neurons resident (gateRegion bytes, rows of gateRowBytes); slots then hold up+down only. */
@@ -127,9 +141,9 @@ export function predictorBytes(pack: Pack): number {
   return b;
 }
 
-/** Per-token sparse-FFN scratch (sparse-ffn.ts): nine f32/i32 vectors of nFF (scores, index lists, compact gate/up/h). */
+/** Per-token sparse-FFN scratch (ffn/layout.ts createFfnScratch). */
 function scratchBytes(cfg: ModelConfig): number {
-  return pageRound(9 * cfg.nFF * 4);
+  return pageRound(ffnScratchBytes(cfg.nFF, cfg.nEmbd));
 }
 
 function tableBytes(pack: Pack, slots: number, hotFrames: number, clusterSize: number): number {
@@ -148,6 +162,8 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
   const totalNeurons = cfg.nLayer * cfg.nFF;
   const C = clusterSizeFor(cfg.nFF, opts.clusterSize);
   const stagingBytes = Math.max(opts.stagingNeurons, C) * pack.bundleBytes;
+  // reads ahead need pinned gate rows: their staging is taken from the cache only if gates are pinned
+  const aheadIfPinned = opts.readAheadNeurons > 0 ? pageRound(opts.readAheadNeurons * pack.upDownBlock) : 0;
   const fixed = {
     weights: pageRound(Math.max(1, fixedLayout(pack).bytes)) + normCopyBytes(pack),
     predictors: opts.predictor ? pageRound(predictorBytes(pack)) : 0,
@@ -157,13 +173,13 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
     scratch: scratchBytes(cfg),
     cacheTables: 0,
   };
-  const fixedNoTables = Object.values(fixed).reduce((a, b) => a + b, 0);
+  let fixedNoTables = Object.values(fixed).reduce((a, b) => a + b, 0);
   const minSlots = C + opts.stagingNeurons;
   // gate rows pinned or not: decided on the bytes left for the neuron cache
   const fullSlot = slotBytesOf(pack);
   const gateRowBytes = Math.ceil(pack.gateBytes / 64) * 64;
   const gateAll = pageRound(totalNeurons * gateRowBytes);
-  const cacheBytes = budget - fixedNoTables - tableBytes(pack, 0, 0, C) - PAGE * 2;
+  let cacheBytes = budget - fixedNoTables - tableBytes(pack, 0, 0, C) - PAGE * 2;
   const udSlot = upDownSlotBytesOf(pack);
   const pinFits = cacheBytes - gateAll >= minSlots * udSlot + tableBytes(pack, minSlots, 1, C);
   const wholeFits = fixedNoTables + tableBytes(pack, totalNeurons, totalNeurons / C, C) + pageRound(totalNeurons * fullSlot) <= budget;
@@ -173,6 +189,13 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
     );
   }
   const gatesPinned = opts.pinGates === true || (opts.pinGates === "auto" && pinFits && !wholeFits && gateAll <= opts.pinGatesShare * cacheBytes);
+  // reads ahead are worth their staging only when it is a small share of the up+down cache (and
+  // the smallest up+down cache still fits beside it)
+  const aheadFits = cacheBytes - aheadIfPinned - gateAll >= minSlots * udSlot + tableBytes(pack, minSlots, 1, C);
+  const readAheadBytes = gatesPinned && aheadFits && aheadIfPinned <= opts.readAheadMaxShare * (cacheBytes - gateAll) ? aheadIfPinned : 0;
+  fixed.staging += readAheadBytes;
+  fixedNoTables += readAheadBytes;
+  cacheBytes -= readAheadBytes;
   const gateRegion = gatesPinned ? gateAll : 0;
   const slotBytes = gatesPinned ? udSlot : fullSlot;
   const minCache = minSlots * slotBytes + gateRegion;
@@ -221,6 +244,7 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
     fixed,
     fixedTotal,
     stagingBytes,
+    readAheadBytes,
     slotBytes,
     gatesPinned,
     gateRowBytes,
@@ -256,7 +280,7 @@ export function budgetForFfnFraction(pack: Pack, fraction: number, opts: PlanOpt
 export function describePlan(p: MemoryPlan): string {
   const f = p.fixed;
   return [
-    `${p.budget >= 2 ** 52 ? "no memory budget (--memory not given: the whole FFN resident)" : `memory budget ${formatBytes(p.budget)}`}: fixed region ${formatBytes(p.fixedTotal)} (weights ${formatBytes(f.weights)}, predictors ${formatBytes(f.predictors)}, KV cache ${formatBytes(f.kvCache)}, run state ${formatBytes(f.runState)}, I/O staging ${formatBytes(f.staging)}, scratch ${formatBytes(f.scratch)}, cache tables ${formatBytes(f.cacheTables)})`,
+    `${p.budget >= 2 ** 52 ? "no memory budget (--memory not given: the whole FFN resident)" : `memory budget ${formatBytes(p.budget)}`}: fixed region ${formatBytes(p.fixedTotal)} (weights ${formatBytes(f.weights)}, predictors ${formatBytes(f.predictors)}, KV cache ${formatBytes(f.kvCache)}, run state ${formatBytes(f.runState)}, I/O staging ${formatBytes(f.staging)}${p.readAheadBytes ? ` of which read-ahead ${formatBytes(p.readAheadBytes)}` : ""}, scratch ${formatBytes(f.scratch)}, cache tables ${formatBytes(f.cacheTables)})`,
     p.gatesPinned
       ? `neuron cache ${formatBytes(p.gateRegion + p.slots * p.slotBytes)}: gate rows of all ${p.totalNeurons} neurons pinned (${formatBytes(p.gateRegion)}), up+down rows of ${p.slots} (${(100 * p.ffnResident).toFixed(1)}% of the FFN's bytes), hot region ${p.hotFrames} clusters × ${p.clusterSize} neurons, cold region ${p.coldSlots} neurons; ${p.slotBytes} B per up+down slot`
       : `neuron cache ${formatBytes(p.slots * p.slotBytes)}: ${p.slots} of ${p.totalNeurons} neurons (${(100 * p.ffnResident).toFixed(1)}% of the FFN), hot region ${p.hotFrames} clusters × ${p.clusterSize} neurons, cold region ${p.coldSlots} neurons; ${p.slotBytes} B per neuron`,

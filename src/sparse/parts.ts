@@ -146,6 +146,7 @@ export class SparseParts {
     if (this.ffn.pred) n.free(this.ffn.pred.buf);
     for (const b of this.weights.buffers.splice(0)) n.free(b);
     n.closeLoader(this.loaderId);
+    if (this.cache.loader.aheadId >= 0) n.closeLoader(this.cache.loader.aheadId);
   }
 }
 
@@ -174,6 +175,18 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
     loaderId = n.openLoader(path, { ...o.io, directIO: false });
   }
   const info = n.loaderInfo(loaderId);
+  // reads ahead go through their own loader, deep enough to take a whole batch in one submission:
+  // its background thread then needs no core until the batch is done (with the loader's depth of
+  // 32 it must wake to refill the queue, and waits for a core the compute threads hold)
+  let aheadId = -1;
+  if (plan.readAheadBytes > 0) {
+    try {
+      aheadId = n.openLoader(path, { backend: info.backend, directIO: info.directIO, queueDepth: Math.max(info.queueDepth, Math.min(4096, Math.floor(plan.readAheadBytes / pack.upDownBlock))) });
+    } catch (e) {
+      n.closeLoader(loaderId);
+      throw e;
+    }
+  }
   const owned: number[] = []; // the fixed region's buffers
   let cache: NeuronCache | undefined;
   let pred: FfnLayout["pred"];
@@ -196,8 +209,8 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
     owned.push(...weights.buffers.slice(1));
     weights.buffers = owned;
     const bundles = bundleLayoutOf(pack);
-    cache = new NeuronCache(pack, plan, { id: loaderId, backend: info.backend, directIO: info.directIO });
-    scratch = createFfnScratch(cfg.nFF);
+    cache = new NeuronCache(pack, plan, { id: loaderId, backend: info.backend, directIO: info.directIO, aheadId });
+    scratch = createFfnScratch(cfg.nFF, cfg.nEmbd);
     pred = o.predictor === "trained" ? loadPredictorWeights(pack) : undefined;
     const ffn: FfnLayout = {
       ...bundles,
@@ -228,6 +241,7 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
     if (pred) n.free(pred.buf);
     for (const b of owned) n.free(b);
     n.closeLoader(loaderId);
+    if (aheadId >= 0) n.closeLoader(aheadId);
     throw e;
   }
 }

@@ -34,7 +34,7 @@ export interface SpanRecord {
   bytes?: number; // bytes read (read spans)
   reads?: number; // read requests (read spans)
   neurons?: number; // rows computed (gate/up/down/ffn spans)
-  phase?: "gate" | "updown" | "bundle" | "prefetch"; // read spans: what the batch loads
+  phase?: "gate" | "updown" | "bundle" | "prefetch" | "ahead"; // read spans: what the batch loads ("ahead": the next layer's likely-firing neurons, in the background)
 }
 
 /** One forward pass of the decode loop (or the prefill), start to logits. */

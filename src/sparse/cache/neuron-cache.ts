@@ -26,9 +26,27 @@ export interface LayerCacheStats {
   /** Up+down rows needed (neurons whose gate fired) and how many were already resident. */
   upDownAccesses: number;
   upDownHits: number;
-  /** Bytes and read requests issued to storage. */
+  /** Bytes and read requests issued to storage (reads ahead included). */
   bytesRead: number;
   reads: number;
+  /** Of those, read ahead (readAhead) and, of the neurons read ahead, the ones that then fired. */
+  aheadBytes: number;
+  aheadReads: number;
+  aheadUsed: number;
+}
+
+/** Counters at zero. */
+export function emptyCacheStats(): LayerCacheStats {
+  return { gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0, aheadBytes: 0, aheadReads: 0, aheadUsed: 0 };
+}
+
+/** A batch of reads ahead that completed: bytes, and when the background thread ran it (nowUs clock). */
+export interface AheadDone {
+  layer: number;
+  bytes: number;
+  reads: number;
+  t0: number;
+  t1: number;
 }
 
 const NONE = 0;
@@ -42,6 +60,8 @@ export interface Loader {
   id: number;
   backend: "uring" | "pread";
   directIO: boolean;
+  /** The loader of reads ahead (a queue deep enough for a whole batch), or -1. */
+  aheadId: number;
 }
 
 export class NeuronCache {
@@ -56,6 +76,7 @@ export class NeuronCache {
   /** The slotOf table's place in native memory (a worker maps fired neurons to up+down slots with it). */
   readonly slotTable: { buf: number; off: number };
   readonly staging: number; // native buffer: I/O lands here, then is copied into slots
+  readonly aheadStaging: number; // native buffer for reads ahead (plan.readAheadBytes), else -1
   readonly tables: number; // native buffer holding the views below
   readonly stats: LayerCacheStats[];
   /** Bytes read while filling the hot region at load time (not part of per-token stats). */
@@ -85,6 +106,12 @@ export class NeuronCache {
   private framesUsed = 0;
   private coldUsed = 0;
   private hotOrder?: Int32Array[]; // per layer: hot clusters by profiled firings, most first
+  // batches of reads ahead in flight, oldest first; the cold slots they hold; the neurons of the
+  // last batch that arrived per layer (aheadUsed counts those that fire)
+  private ahead: { ticket: number; layer: number; neurons: Set<number> }[] = [];
+  private aheadPending = 0;
+  private aheadSeq = 0;
+  private readonly aheadArrived = new Map<number, Set<number>>();
 
   constructor(
     readonly pack: Pack,
@@ -113,6 +140,8 @@ export class NeuronCache {
       if (this.pinned) allocated.push(this.gates);
       this.staging = n.alloc(plan.stagingBytes);
       allocated.push(this.staging);
+      this.aheadStaging = plan.readAheadBytes > 0 ? n.alloc(plan.readAheadBytes) : -1;
+      if (this.aheadStaging >= 0) allocated.push(this.aheadStaging);
       // int32 tables first, then the byte table
       const i32 = N + S * 3 + clusters + F * 2;
       this.tables = n.alloc(i32 * 4 + N);
@@ -143,12 +172,13 @@ export class NeuronCache {
     for (let l = 0; l < nLayer; l++) {
       this.hotLimit[l] = plan.ffnResident >= 1 ? nFF : F > 0 ? Math.min(nFF, Math.ceil(pack.layers[l]!.hotCount / this.C) * this.C) : 0;
     }
-    this.stats = Array.from({ length: nLayer }, () => ({ gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 }));
+    this.stats = Array.from({ length: nLayer }, emptyCacheStats);
   }
 
   /** Native buffers the cache holds (memory accounting). */
   get buffers(): number[] {
-    return this.pinned ? [this.arena, this.gates, this.staging, this.tables] : [this.arena, this.staging, this.tables];
+    const b = this.pinned ? [this.arena, this.gates, this.staging, this.tables] : [this.arena, this.staging, this.tables];
+    return this.aheadStaging >= 0 ? [...b, this.aheadStaging] : b;
   }
 
   /**
@@ -156,6 +186,7 @@ export class NeuronCache {
    * sequential reads. With a budget holding the whole FFN this loads every neuron.
    */
   preload(onProgress?: (done: number, total: number) => void): void {
+    this.settle();
     const { nLayer } = this.pack.config;
     const F = this.plan.hotFrames;
     if (this.pinned) this.preloadGates();
@@ -255,13 +286,16 @@ export class NeuronCache {
       // (locals: this loop runs for every predicted neuron of a layer, on the scheduler's critical path)
       const { slotOf, lru, frameUse, C } = this;
       const hotSlots = this.plan.hotSlots;
+      // slots held by reads ahead in flight are not this lease's; with none left, wait for them
+      if (this.aheadPending > 0 && this.coldUsed >= coldCap - this.aheadPending) this.settle();
+      const cap = coldCap - this.aheadPending;
       let used = this.coldUsed;
       for (; i < end; i++) {
         const g = base + positions[i]!;
         const s = slotOf[g]!;
         if (s < 0 || s >= hotSlots) {
           // cold (resident or not): its slot must not be evicted before this lease ends
-          if (used === coldCap) break;
+          if (used >= cap) break;
           used++;
           if (s >= 0) lru.touch(s); // at the head: evictions in this lease take other slots
         } else frameUse[(s / C) | 0] = tick;
@@ -272,6 +306,7 @@ export class NeuronCache {
       st.gateHits += i - start;
       return i;
     }
+    this.settle();
     for (; i < end; i++) {
       const p = positions[i]!;
       const g = base + p;
@@ -316,6 +351,8 @@ export class NeuronCache {
     const st = this.stats[layer]!;
     const base = layer * this.nFF;
     const ud = this.pack.upBytes + this.pack.downBytes;
+    this.settleLayer(layer); // batches for later layers stay in flight: their slots are not taken here
+    const ahead = this.aheadArrived.get(layer);
     this.reads.phase = "updown";
     this.reads.layer = layer;
     for (let k = 0; k < count; k++) {
@@ -325,6 +362,7 @@ export class NeuronCache {
       let s = this.slotOf[g]!;
       if (this.state[g] === FULL) {
         st.upDownHits++;
+        if (ahead?.delete(g)) st.aheadUsed++;
         if (this.pinned && s >= this.plan.hotSlots) this.lru.touch(s);
         // a compute worker may be reading the resident ones' entries right now: write only what changes
         if (slotsOut[k] !== s) slotsOut[k] = s;
@@ -361,6 +399,7 @@ export class NeuronCache {
    * beginLease, so the slots of every cluster in flight stay put.
    */
   setDeferred(batchLimit: number): void {
+    this.settle();
     const minRead = Math.max(this.C * this.pack.bundleBytes, this.pack.gateBlock, this.pack.upDownBlock);
     if (batchLimit < minRead || batchLimit > this.stagingBytes) {
       throw new RangeError(`neuron cache: batch limit ${batchLimit} must hold the largest read (${minRead} bytes) and fit the staging buffer (${this.stagingBytes} bytes)`);
@@ -392,6 +431,7 @@ export class NeuronCache {
    */
   prefetchHot(layer: number, maxClusters: number): number {
     if (this.plan.hotFrames === 0 || maxClusters <= 0) return 0;
+    this.settle();
     this.hotOrder ??= this.pack.layers.map((_, l) => {
       const w = Array.from({ length: Math.ceil(this.hotLimit[l]! / this.C) }, (_, q) => this.clusterFirings(l, q));
       return Int32Array.from(w.keys()).sort((a, b) => w[b]! - w[a]! || a - b);
@@ -455,11 +495,114 @@ export class NeuronCache {
   }
 
   resetStats(): void {
-    for (const s of this.stats) Object.assign(s, { gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 });
+    for (const s of this.stats) Object.assign(s, emptyCacheStats());
   }
 
   dispose(): void {
-    for (const b of this.buffers) this.n.free(b);
+    try {
+      this.settle();
+    } catch {
+      // a failed read ahead does not matter any more; the batch released its buffers
+    } finally {
+      for (const b of this.buffers) this.n.free(b);
+    }
+  }
+
+  /**
+   * Start reading, in the background, the up+down rows of the neurons (layer, positions[0..count))
+   * that are not resident (pinned gates only; the inline decoder calls it with a later layer's
+   * likely-firing neurons while this layer computes). Each takes a cold slot and is resident
+   * (state FULL) from now on. Until its batch is settled the slot is protected: leases may use
+   * only the cold slots no batch in flight holds, and every operation that could reuse a slot
+   * otherwise (cluster loads, preload, the pipeline's modes) settles every batch first. At most
+   * `batches` batches in flight, each at most readAheadNeurons / batches neurons and its own share
+   * of the staging. Call between leases (after the computation of what the last loads brought):
+   * it starts a new one. Returns the reads issued.
+   */
+  readAhead(layer: number, positions: Int32Array, count: number, batches = 1): number {
+    if (!this.pinned || this.aheadStaging < 0 || this.loader.aheadId < 0 || this.reads.isDeferred) return 0;
+    while (this.ahead.length >= batches) this.settleOne();
+    this.beginLease();
+    const base = layer * this.nFF;
+    const B = this.pack.upDownBlock;
+    const ud = this.pack.upBytes + this.pack.downBytes;
+    const cap = Math.floor(this.plan.readAheadBytes / batches / B);
+    const at = (this.aheadSeq % batches) * cap * B; // this batch's share of the staging
+    // reads ahead hold at most half the cold region, so a lease always has room
+    const limit = Math.floor(this.plan.coldSlots / 2) - this.aheadPending;
+    const m = Math.min(cap, count);
+    const reqs = new Float64Array(4 * m);
+    const copies = new Float64Array(3 * m);
+    const neurons = new Set<number>();
+    let n = 0;
+    for (let k = 0; k < count && n < cap && n < limit; k++) {
+      const g = base + positions[k]!;
+      if (this.state[g] === FULL) continue;
+      const s = this.takeColdSlot(g);
+      this.state[g] = FULL;
+      reqs.set([this.bundleOffset(layer, positions[k]!) + this.pack.gateBlock, B, this.aheadStaging, at + n * B], 4 * n);
+      copies.set([s * this.slotBytes + this.upOffset, at + n * B, ud], 3 * n);
+      neurons.add(g);
+      n++;
+    }
+    if (n === 0) return 0;
+    const ticket = this.n.readBatchStart(this.loader.aheadId, reqs.subarray(0, 4 * n), this.arena, this.aheadStaging, copies.subarray(0, 3 * n));
+    this.aheadSeq++;
+    this.ahead.push({ ticket, layer, neurons });
+    this.aheadPending += n;
+    const st = this.stats[layer]!;
+    st.bytesRead += n * B;
+    st.reads += n;
+    st.aheadBytes += n * B;
+    st.aheadReads += n;
+    return n;
+  }
+
+  /** Wait for every batch of reads ahead in flight; returns what they were. Throws the first I/O error (after waiting for all). */
+  settle(): AheadDone[] {
+    const done: AheadDone[] = [];
+    let err: unknown;
+    while (this.ahead.length) {
+      try {
+        done.push(this.settleOne());
+      } catch (e) {
+        err ??= e;
+      }
+    }
+    if (err !== undefined) throw err;
+    return done;
+  }
+
+  /** Wait for the batches in flight up to and including the one for `layer` (batches complete in the order they were issued). */
+  settleLayer(layer: number): AheadDone[] {
+    const done: AheadDone[] = [];
+    const i = this.ahead.findIndex((b) => b.layer === layer);
+    for (let k = 0; k <= i; k++) done.push(this.settleOne());
+    return done;
+  }
+
+  /** Is a batch of reads ahead in flight (for `layer`, or any)? */
+  readingAhead(layer?: number): boolean {
+    return layer === undefined ? this.ahead.length > 0 : this.ahead.some((b) => b.layer === layer);
+  }
+
+  /** Wait for the oldest batch of reads ahead. */
+  private settleOne(): AheadDone {
+    const b = this.ahead.shift()!;
+    this.aheadPending -= b.neurons.size;
+    let r: { bytes: number; t0: number; t1: number };
+    try {
+      r = this.n.readBatchWait(b.ticket);
+    } catch (e) {
+      // what the batch was to bring is not there: those neurons are not resident after all
+      for (const g of b.neurons) {
+        const s = this.slotOf[g]!;
+        if (s >= 0 && this.owner[s] === g) this.dropCold(s);
+      }
+      throw e;
+    }
+    this.aheadArrived.set(b.layer, b.neurons);
+    return { layer: b.layer, bytes: r.bytes, reads: b.neurons.size, t0: r.t0, t1: r.t1 };
   }
 
   // ---- internals ----------------------------------------------------------------------

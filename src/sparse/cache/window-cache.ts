@@ -7,7 +7,7 @@
 //   slots are per neuron, LRU order; a neuron unused for `window` tokens is dropped at the
 //   start of a token; when a layer needs more slots than are free, the least recently used
 //   neuron not needed by the current chunk is evicted.
-import type { CacheBatch, LayerCacheStats } from "./neuron-cache.js";
+import { emptyCacheStats, type CacheBatch, type LayerCacheStats } from "./neuron-cache.js";
 import type { ReadBatcher } from "./read-batcher.js";
 import type { MemoryPlan } from "../memory-plan.js";
 import type { Pack } from "../pack/format.js";
@@ -42,7 +42,7 @@ export class WindowCache {
     this.lastChunk = new Int32Array(this.S).fill(-1);
     this.lru = new SlotLru(new Int32Array(this.S), new Int32Array(this.S));
     for (let s = 0; s < this.S; s++) this.lru.pushTail(s);
-    this.stats = Array.from({ length: nLayer }, () => ({ gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 }));
+    this.stats = Array.from({ length: nLayer }, emptyCacheStats);
   }
 
   /** A new token: drop neurons not used by the last `window` tokens. */
@@ -128,7 +128,7 @@ export class WindowCache {
   }
 
   resetStats(): void {
-    for (const s of this.stats) Object.assign(s, { gateAccesses: 0, gateHits: 0, upDownAccesses: 0, upDownHits: 0, bytesRead: 0, reads: 0 });
+    for (const s of this.stats) Object.assign(s, emptyCacheStats());
   }
 
   private bundleCopies(slot: number, at: number): [number, number, number][] {

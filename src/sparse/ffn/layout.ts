@@ -53,21 +53,27 @@ export interface PredictorWeights {
   thresholds: number[]; // linear: offset of blk.N.fc2.threshold (n_ff) f32
 }
 
-/** Names of the per-token scratch vectors, each (n_ff) 4-byte values. */
-export const FFN_SCRATCH = ["scores", "P", "slots", "gate", "aSlots", "aPos", "gA", "uA", "hA", "pHidden"] as const;
+/** Names of the per-token scratch vectors, each (max(n_ff, n_embd)) 4-byte values. */
+export const FFN_SCRATCH = ["scores", "P", "slots", "gate", "aSlots", "aPos", "gA", "uA", "hA", "pHidden", "aheadX", "aheadXb"] as const;
 export type FfnScratchOffsets = Record<(typeof FFN_SCRATCH)[number], number>;
 
+/** Bytes of one token's sparse-FFN scratch (the memory plan counts this). */
+export function ffnScratchBytes(nFF: number, dim: number): number {
+  return FFN_SCRATCH.length * Math.max(nFF, dim) * 4;
+}
+
 /**
- * One token's sparse-FFN scratch, one native buffer of (10, n_ff) 4-byte values:
+ * One token's sparse-FFN scratch, one native buffer of (12, max(n_ff, n_embd)) 4-byte values:
  *   scores (f32) predictor scores     P (i32) predicted pack positions, ascending
  *   slots (i32)  gate row of each P   gate (f32) gate value of each P
  *   aSlots (i32) up+down slot of each fired neuron   aPos (i32) its pack position
  *   gA, uA, hA (f32) its gate, up and gated activation
  *   pHidden (f32) the linear predictor's fc1·x̂ (rank ≤ n_ff)
+ *   aheadX, aheadXb (f32, n_embd) the next layer's FFN input as known now, and it normed (reads ahead)
  */
-export function createFfnScratch(nFF: number): { buf: number; off: FfnScratchOffsets } {
-  const F = nFF * 4;
-  return { buf: native().alloc(FFN_SCRATCH.length * F), off: Object.fromEntries(FFN_SCRATCH.map((k, i) => [k, i * F])) as FfnScratchOffsets };
+export function createFfnScratch(nFF: number, dim: number): { buf: number; off: FfnScratchOffsets } {
+  const F = Math.max(nFF, dim) * 4;
+  return { buf: native().alloc(ffnScratchBytes(nFF, dim)), off: Object.fromEntries(FFN_SCRATCH.map((k, i) => [k, i * F])) as FfnScratchOffsets };
 }
 
 /** Where the sparse FFN of a pack is, for the decoders and the compute worker. */

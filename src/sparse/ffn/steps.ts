@@ -9,6 +9,9 @@
 //   down      o += Σ_k h[k] · W_down[:, A[k]]   (k ascending in pack order)
 //   residual  x += o                                                   (model/forward.ts addFfnOutput)
 //
+//   lookAhead (reads ahead, pinned gates) the next layer's likely-firing neurons not resident:
+//             x' = x + o, x̂' = ffn_norm'(x'), P' = predictor'(x̂'), of P' the gate rows positive on x̂'
+//
 // Which rows are resident (and reading the rest) is the caller's business: the neuron cache
 // says where each row is (slots), the steps only compute. Ranges of P and A are processed in
 // ascending pack order and the down projection accumulates in that order whatever the chunking,
@@ -123,6 +126,35 @@ export class FfnSteps {
       } else slots[start + nSilent++] = P[k]!; // the slot is no longer needed: its position instead
     }
     return { nA, nSilent };
+  }
+
+  /**
+   * The neurons of layer `next` likely to fire, as known when this layer's down is done: x' = x + o
+   * (the next layer's residual before its attention), x̂' = rmsnorm(x') with the next layer's
+   * ffn_norm, P' = the next layer's predictor on x̂' (every neuron with the oracle), and of P'
+   * those not resident whose pinned gate row is positive on x̂'. They go to aPos[0..), ascending;
+   * returns how many. Overwrites P, slots, scores and gate: call after this layer's down.
+   * Needs pinned gate rows (row = next·nFF + p).
+   */
+  lookAhead(next: number, t: TokenRows, ffnNorm: { buf: number; off: number }, eps: number, oracle: boolean): number {
+    const { L, P, slots, aPos, gateV, slotTable } = this;
+    const o = L.off;
+    const n = this.n;
+    n.add(t.buf, t.x, t.buf, t.o, L.scratch, o.aheadX, L.dim);
+    n.rmsnorm(L.scratch, o.aheadX, ffnNorm.buf, ffnNorm.off, L.dim, 1, eps, L.scratch, o.aheadXb);
+    const nP = this.predict(next, { buf: L.scratch, x: o.aheadX, xb: o.aheadXb, o: -1 }, oracle);
+    const base = next * L.nFF;
+    let m = 0;
+    for (let k = 0; k < nP; k++) {
+      const g = base + P[k]!;
+      if (slotTable[g]! < 0) slots[m++] = g;
+    }
+    if (m === 0) return 0;
+    const gr = L.gateRows;
+    n.matvecRows(L.gateType, gr.buf, 0, gr.rows, L.dim, L.scratch, o.slots, m, L.scratch, o.aheadXb, L.scratch, o.gate, gr.stride);
+    let c = 0;
+    for (let k = 0; k < m; k++) if (gateV[k]! > 0) aPos[c++] = slots[k]! - base;
+    return c;
   }
 
   /** Up rows of the fired neurons aSlots[start, start+nA), then h = act(g)·u. */

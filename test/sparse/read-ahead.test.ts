@@ -1,0 +1,134 @@
+// Reads ahead (inline decoder, pinned gate rows): at the end of layer L the neurons of layers
+// L+1 and L+2 that look likely to fire are read in the background. They change where bytes come
+// from, never what is computed: the logits are bit-identical to the same budget without reads
+// ahead, whose tokens are the dense engine's (oracle) at every budget; the reads ahead are real
+// (counted, used, traced with the background thread's times) and the budget holds.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadModel, type Model } from "../../src/index.js";
+import { loadSparseModel } from "../../src/api/model.js";
+import { budgetForFfnFraction, planOptions } from "../../src/sparse/memory-plan.js";
+import { openPack } from "../../src/sparse/pack/open.js";
+import { writePack } from "../../src/sparse/pack/write.js";
+import type { SpanRecord, TokenRecord } from "../../src/trace/recorder.js";
+import { tokenBudget } from "../../src/trace-tools/budget.js";
+import type { MachineBounds } from "../../src/tools/machine.js";
+
+const root = join(import.meta.dirname, "..", "..");
+const defaultModel = join(root, "models", "neuronpipe-default.gguf");
+const dir = mkdtempSync(join(tmpdir(), "np-read-ahead-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const packPath = join(dir, "default.pack.gguf");
+const ctx = 128;
+const steps = 24;
+
+let dense: number[];
+beforeAll(async () => {
+  await writePack(defaultModel, packPath, { profile: `${defaultModel}.profile.gguf`, predictor: `${defaultModel}.predictor.gguf` });
+  // the dense engine's greedy continuation of "The whale", fed back one token at a time below
+  const m = await loadModel(defaultModel);
+  const s = m.createSession({ contextSize: ctx });
+  dense = [];
+  for await (const p of s.generate("The whale", { maxTokens: steps, temperature: 0 })) if (p.token >= 0) dense.push(p.token);
+  s.dispose();
+  m.dispose();
+}, 120_000);
+
+function budget(f: number, predictor: boolean): number {
+  const pack = openPack(packPath);
+  return budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: ctx, predictor }));
+}
+
+/** Logits of each decode step, evaluating the dense tokens one at a time (decode steps: reads ahead run). */
+function logitsPerStep(m: Model): Float32Array[] {
+  const s = m.createSession({ contextSize: ctx });
+  try {
+    const prompt = m.tokenizer.encode("The whale");
+    const out = [s.evaluate(prompt)];
+    for (const t of dense.slice(0, steps - 1)) out.push(s.evaluate([t]));
+    return out;
+  } finally {
+    s.dispose();
+  }
+}
+
+const argmax = (a: Float32Array) => a.reduce((best, v, i) => (v > a[best]! ? i : best), 0);
+
+describe("reads ahead", () => {
+  it("are read, used and bit-identical to no reads ahead at three budgets, with the oracle and the trained predictor; the budget holds", async () => {
+    for (const predictor of ["oracle", "trained"] as const) {
+      // pinned gate rows are a third of the FFN's bytes: budgets of more than a quarter
+      for (const f of [0.45, 0.6, 0.8]) {
+        const memory = budget(f, predictor === "trained");
+        const runs = [];
+        for (const readAhead of [0, 64]) {
+          const m = await loadSparseModel(packPath, { memory, predictor, decoder: "inline", contextSize: ctx, pinGates: true, readAhead });
+          try {
+            const sp = m.sparse!;
+            expect(sp.plan.readAheadBytes > 0, `readAhead ${readAhead}`).toBe(readAhead > 0);
+            const logits = logitsPerStep(m);
+            sp.sample();
+            const st = sp.cache.stats;
+            const sum = (k: keyof (typeof st)[number]) => st.reduce((a, s) => a + s[k], 0);
+            runs.push({ logits, aheadReads: sum("aheadReads"), aheadUsed: sum("aheadUsed") });
+            expect(sp.peakResidentBytes, `${predictor} ${f} readAhead ${readAhead}`).toBeLessThanOrEqual(memory);
+          } finally {
+            await m[Symbol.asyncDispose]();
+          }
+        }
+        const [off, on] = runs;
+        const what = `${predictor} at ${f} of the FFN`;
+        // real reads ahead, some of them used (whether they pay depends on the model: on this one
+        // the staging's share of a small cache and the look-ahead's precision cost more reads on
+        // the critical path than they save, so the plan turns them off by default)
+        expect(on!.aheadReads, what).toBeGreaterThan(0);
+        expect(on!.aheadUsed, what).toBeGreaterThan(0);
+        expect(on!.aheadUsed, what).toBeLessThanOrEqual(on!.aheadReads);
+        expect(off!.aheadReads, what).toBe(0);
+        for (let i = 0; i < steps; i++) expect(Buffer.from(on!.logits[i]!.buffer).equals(Buffer.from(off!.logits[i]!.buffer)), `${what}: step ${i}`).toBe(true);
+        // the oracle's logits pick the dense engine's tokens
+        if (predictor === "oracle") expect(off!.logits.map(argmax)).toEqual(dense.slice(0, steps));
+      }
+    }
+  }, 300_000);
+
+  it("are traced on the I/O lane with the background thread's times, inside their token; the budget table's reads count their bytes", async () => {
+    const m = await loadSparseModel(packPath, { memory: budget(0.5, true), predictor: "trained", decoder: "inline", contextSize: ctx, pinGates: true, readAhead: 64 });
+    const rec = m.createTrace();
+    try {
+      const s = m.createSession({ contextSize: ctx });
+      const ids: number[] = [];
+      for await (const p of s.generate("The whale", { maxTokens: 16, temperature: 0, trace: rec })) if (p.token >= 0) ids.push(p.token);
+      s.dispose();
+      expect(ids.length).toBe(16);
+    } finally {
+      await m[Symbol.asyncDispose]();
+    }
+    const spans = rec.records.filter((r): r is SpanRecord => r.kind === "span");
+    const tokens = rec.records.filter((r): r is TokenRecord => r.kind === "token" && r.index >= 0);
+    const ahead = spans.filter((s) => s.phase === "ahead");
+    expect(ahead.length).toBeGreaterThan(0);
+    // reads ahead happen in decode steps only (a prompt batch computes layer by layer for all its
+    // tokens), so the cache's count of bytes read ahead is exactly what the trace shows
+    const aheadBytes = m.sparse!.cache.stats.reduce((a, s) => a + s.aheadBytes, 0);
+    expect(ahead.reduce((a, s) => a + s.bytes!, 0)).toBe(aheadBytes);
+    for (const s of ahead) {
+      expect(s.lane).toBe("io");
+      expect(s.layer).toBeGreaterThan(0);
+      const t = tokens.find((t) => t.index === s.token)!;
+      // the background thread's clock is the trace's: the batch ran within its decode step
+      expect(s.t0).toBeGreaterThanOrEqual(t.t0);
+      expect(s.t1).toBeLessThanOrEqual(t.t1);
+      expect(s.t1).toBeGreaterThanOrEqual(s.t0);
+    }
+    // 10^9 bytes/s everywhere: the reads row's bytes are every read span's, ahead ones included
+    const machine: MachineBounds = { version: 1, measuredAt: "", host: "h", cpu: "c", memory: [{ threads: 1, readGBps: 1 }], disk: { path: "/x", backend: "pread", directIO: true, sequentialGBps: 1, random4kIops: 1e5, queueDepth: 32 } };
+    const b = tokenBudget(rec.records, machine)!;
+    const reads = b.rows.find((r) => r.step.startsWith("reads"))!;
+    const inTokens = spans.filter((s) => s.lane === "io" && s.name === "read" && s.token !== undefined && s.token >= 0).reduce((a, s) => a + s.bytes!, 0);
+    expect(reads.bytes! * b.tokens).toBeCloseTo(inTokens, 3);
+    expect(inTokens).toBeGreaterThan(aheadBytes);
+  }, 120_000);
+});
