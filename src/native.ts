@@ -109,7 +109,13 @@ export interface NativeAddon {
   /** out[c] += Σ_k coef[k] · W[idx[k], c], k in ascending order (down projection stored one row per neuron). rowStride as matvecRows. */
   axpyRows(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, coef: number, coefOff: number, out: number, outOff: number, rowStride?: number): void;
   /** Y[t, r] = W[r,:] · X[t,:] for t < nTok: X is (nTok, cols), Y is (nTok, rows). */
-  matmul(type: number, w: number, wOff: number, rows: number, cols: number, x: number, xOff: number, nTok: number, y: number, yOff: number): void;
+  /** y (nTok, rows) = x (nTok, cols) · W^T; rowStride: bytes between rows (default packed). */
+  matmul(type: number, w: number, wOff: number, rows: number, cols: number, x: number, xOff: number, nTok: number, y: number, yOff: number, rowStride?: number): void;
+  /**
+   * out (nTok, cols) += coef (nTok, ldc)[:, :nIdx] · W[idx]: axpyRows for nTok tokens at once, each
+   * token's output bit-identical to axpyRows with its coefficients (rows read once for all tokens).
+   */
+  axpyRowsBatch(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, coef: number, coefOff: number, ldc: number, nTok: number, out: number, outOff: number, rowStride?: number): void;
   /** out[t] = x[t] / rms(x[t]) * weight, for nTok rows of n (weight f32). */
   rmsnorm(x: number, xOff: number, weight: number, weightOff: number, n: number, nTok: number, eps: number, out: number, outOff: number): void;
   /** In-place rotary embedding of (nTok, nHeads, headDim) at positions pos0 + t; first ropeDim dims rotated. neox: pairs (i, i+ropeDim/2), else (2i, 2i+1). */

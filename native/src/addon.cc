@@ -527,10 +527,32 @@ Napi::Value Matmul(const Napi::CallbackInfo& info) {
   const int64_t wOff = c.idx(2, "wOff"), rows = c.idx(3, "rows"), cols = c.idx(4, "cols");
   const int64_t xOff = c.idx(6, "xOff"), nTok = c.idx(7, "nTok"), yOff = c.idx(9, "yOff");
   c.colsFit(t, cols);
-  const uint8_t* w = c.span(1, "weight", wOff, (double)rows * np::rowBytesOf(t, cols), elemAlign(t));
+  const size_t stride = rowStrideArg(c, 10, t, cols);
+  if (t == 0 && stride % 4 != 0) c.rangeErr("rowStride " + std::to_string(stride) + " of F32 rows must be a multiple of 4");
+  const uint8_t* w = c.span(1, "weight", wOff, stridedBytes(rows, stride, t, cols), elemAlign(t));
   const float* x = (const float*)c.span(5, "x", xOff, (double)nTok * cols * 4, 4);
   float* y = (float*)c.span(8, "y", yOff, (double)nTok * rows * 4, 4);
-  np::opMatmul(t, w, rows, cols, x, nTok, y);
+  np::opMatmul(t, w, rows, cols, x, nTok, y, stride);
+  return Undef(info);
+}
+
+// axpyRowsBatch(type, w, wOff, rows, cols, idx, idxOff, nIdx, coef, coefOff, ldc, nTok, out, outOff, rowStride?):
+// out (nTok, cols) += coef (nTok, ldc)[:, :nIdx] · W[idx]
+Napi::Value AxpyRowsBatch(const Napi::CallbackInfo& info) {
+  Ctx c{info, "axpyRowsBatch", {}};
+  c.argc(14);
+  const int t = c.type(0, "type");
+  const int64_t wOff = c.idx(2, "wOff"), rows = c.idx(3, "rows"), cols = c.idx(4, "cols");
+  const int64_t idxOff = c.idx(6, "idxOff"), nIdx = c.idx(7, "nIdx"), cOff = c.idx(9, "coefOff"), ldc = c.idx(10, "ldc"),
+                nTok = c.idx(11, "nTok"), oOff = c.idx(13, "outOff");
+  c.colsFit(t, cols);
+  if (ldc < nIdx) c.rangeErr("ldc " + std::to_string(ldc) + " is less than nIdx " + std::to_string(nIdx));
+  const size_t stride = rowStrideArg(c, 14, t, cols);
+  const uint8_t* w = c.span(1, "weight", wOff, stridedBytes(rows, stride, t, cols), elemAlign(t));
+  const int32_t* idx = checkedIdx(c, 5, idxOff, nIdx, rows);
+  const float* coef = (const float*)c.span(8, "coef", cOff, nTok == 0 ? 0.0 : ((double)(nTok - 1) * ldc + nIdx) * 4, 4);
+  float* out = (float*)c.span(12, "out", oOff, (double)nTok * cols * 4, 4);
+  np::opAxpyRowsBatch(t, w, cols, idx, nIdx, coef, ldc, nTok, out, stride);
   return Undef(info);
 }
 
@@ -670,6 +692,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   def("matvecRows", MatvecRows);
   def("axpyRows", AxpyRows);
   def("matmul", Matmul);
+  def("axpyRowsBatch", AxpyRowsBatch);
   def("rmsnorm", Rmsnorm);
   def("rope", Rope);
   def("softmax", Softmax);

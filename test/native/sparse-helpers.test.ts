@@ -160,6 +160,75 @@ describe.each(LEVELS)("matvecRows with rowStride on %s", (level) => {
   }
 });
 
+describe.each(LEVELS)("matmul with rowStride (neuron bundles in staging) on %s", (level) => {
+  for (const t of TYPES) {
+    it(`${NAME[t]}: strided rows, 5 tokens == f64 reference per token; == packed bit-for-bit; threads 1 == 2`, () => {
+      const rows = 70, cols = matvecCols(t), rb = rowBytes(t, cols), nTok = 5;
+      const stride = strideFor(t, cols), wOff = 256;
+      const { id: packedId, bytes } = makeWeights(t, rows, cols, 5000 + t);
+      const w = stridedWeights(t, bytes, rows, cols, wOff, stride, 5100 + t);
+      const xs = Array.from({ length: nTok }, (_, i) => randF32(cols, 5200 + t + i));
+      const x = bufF32(Float32Array.from(xs.flatMap((v) => [...v])));
+      const ids = [...Array(rows).keys()];
+      const run = (wid: number, off: number, s: number | undefined, threads: number) =>
+        withThreads(threads, () =>
+          withLevel(level, () => {
+            const y = bufBytes(nTok * rows * 4);
+            N.matmul(t, wid, off, rows, cols, x, 0, nTok, y, 0, s);
+            return readF32(y, nTok * rows);
+          }),
+        );
+      const got = run(w, wOff, stride, 1);
+      for (let i = 0; i < nTok; i++) {
+        const ref = refMatvecRows(t, bytes, cols, xs[i]!, ids);
+        expectClose(got.subarray(i * rows, (i + 1) * rows), ref.v, ref.mag, DOT_TOL, `matmul ${NAME[t]} ${level} token ${i}`);
+      }
+      bitsEqual(got, run(w, wOff, stride, 2), "threads 1 vs 2");
+      bitsEqual(got, run(packedId, 0, undefined, 1), "strided vs packed");
+      bitsEqual(got, run(packedId, 0, rb, 2), "strided vs rowStride = rowBytes");
+      expect(() => N.matmul(t, w, wOff, rows, cols, x, 0, nTok, bufBytes(nTok * rows * 4), 0, rb - 1)).toThrow(/matmul: rowStride \d+ is less than a row/);
+    });
+  }
+});
+
+describe.each(LEVELS)("axpyRowsBatch on %s", (level) => {
+  for (const t of TYPES) {
+    it(`${NAME[t]}: 3 tokens × 150 strided rows == axpyRows per token bit-for-bit (threads 1 and 2), == f64 reference`, () => {
+      const rows = 200, cols = 4096, stride = strideFor(t, cols), wOff = 64, nTok = 3, ldc = 160;
+      const { bytes } = makeWeights(t, rows, cols, 6000 + t);
+      const w = stridedWeights(t, bytes, rows, cols, wOff, stride, 6100 + t);
+      // 150 rows: two whole steps of 64 and a tail of 22 (groups of 8 and single rows)
+      const ids = randomIds(rows, 150, 6200 + t);
+      const idx = bufI32(ids);
+      const coefs = Array.from({ length: nTok }, (_, i) => randF32(ldc, 6300 + t + i));
+      const coef = bufF32(Float32Array.from(coefs.flatMap((v) => [...v])));
+      const out0 = Array.from({ length: nTok }, (_, i) => randF32(cols, 6400 + t + i));
+      const batch = (threads: number) =>
+        withThreads(threads, () =>
+          withLevel(level, () => {
+            const out = bufF32(Float32Array.from(out0.flatMap((v) => [...v])));
+            N.axpyRowsBatch(t, w, wOff, rows, cols, idx, 0, ids.length, coef, 0, ldc, nTok, out, 0, stride);
+            return readF32(out, nTok * cols);
+          }),
+        );
+      const single = (i: number) =>
+        withLevel(level, () => {
+          const out = bufF32(out0[i]!);
+          N.axpyRows(t, w, wOff, rows, cols, idx, 0, ids.length, coef, i * ldc * 4, out, 0, stride);
+          return readF32(out, cols);
+        });
+      const b1 = batch(1);
+      bitsEqual(b1, batch(2), "threads 1 vs 2");
+      for (let i = 0; i < nTok; i++) {
+        bitsEqual(b1.subarray(i * cols, (i + 1) * cols), single(i), `token ${i} vs axpyRows`);
+        const { want, mag } = refAxpyRows(t, bytes, cols, ids, coefs[i]!.subarray(0, ids.length), out0[i]!);
+        expectClose(b1.subarray(i * cols, (i + 1) * cols), want, mag, axpyTol(ids.length), `axpyRowsBatch ${NAME[t]} ${level} token ${i}`);
+      }
+      expect(() => N.axpyRowsBatch(t, w, wOff, rows, cols, idx, 0, ids.length, coef, 0, 100, nTok, bufBytes(nTok * cols * 4), 0, stride)).toThrow(/axpyRowsBatch: ldc 100 is less than nIdx 150/);
+    });
+  }
+});
+
 describe.each(LEVELS)("axpyRows with rowStride on %s", (level) => {
   for (const t of TYPES) {
     for (const cols of [256, 4096]) {

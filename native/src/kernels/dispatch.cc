@@ -311,7 +311,29 @@ void opAxpyRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, in
   });
 }
 
-void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y) {
+void opAxpyRowsBatch(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
+                     int64_t ldc, int64_t nTok, float* out, size_t rowStride) {
+  const Kernels& k = K();
+  const size_t rb = rowStride ? rowStride : rowBytesOf(type, cols);
+  // Columns split as in opAxpyRows. Within a thread's columns, rows go in steps of kStep (a
+  // multiple of every kernel's row group, so each call makes the same groups a single call over
+  // all rows would): the step's rows stay in cache while every token takes them.
+  constexpr int64_t kStep = 64;
+  const int64_t nBlocks = (cols + QK - 1) / QK;
+  const int T = std::min<int64_t>(threadsFor((double)nIdx * rb * (1.0 + nTok / 4.0), 64 * 1024), nBlocks);
+  poolRun(T, T, [&](int64_t c) {
+    const int64_t c0 = std::min(cols, (nBlocks * c / T) * QK);
+    const int64_t c1 = std::min(cols, (nBlocks * (c + 1) / T) * QK);
+    if (c1 <= c0) return;
+    for (int64_t k0 = 0; k0 < nIdx; k0 += kStep) {
+      const int64_t n = std::min(kStep, nIdx - k0);
+      for (int64_t t = 0; t < nTok; t++) k.axpyRows(type, W, rb, idx + k0, n, coef + t * ldc + k0, c0, c1, out + t * cols);
+    }
+  });
+}
+
+void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y,
+              size_t rowStride) {
   const Kernels& k = K();
   const size_t ab = actBytes(type, cols);
   uint8_t* mem = static_cast<uint8_t*>(t_act.get(ab * (size_t)nTok + 64));
@@ -330,7 +352,7 @@ void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const floa
       acts[t].ldT = ld;
     }
   }
-  const size_t rb = rowBytesOf(type, cols);
+  const size_t rb = rowStride ? rowStride : rowBytesOf(type, cols);
 #ifdef NP_HAVE_OPENBLAS
   // F32 prefill through OpenBLAS sgemm (not on the scalar reference path). OpenBLAS runs
   // single-threaded inside our pool on FIXED 64-row blocks: every block is one sgemm call
@@ -351,7 +373,7 @@ void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const floa
     poolRun(nChunks, T, [&](int64_t c) {
       const int64_t r0 = c * kBlasRows, n = std::min(rows, r0 + kBlasRows) - r0;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)nTok, (blasint)n, (blasint)cols, 1.0f, Xc,
-                  (blasint)lda, reinterpret_cast<const float*>(W) + r0 * cols, (blasint)cols, 0.0f, Y + r0,
+                  (blasint)lda, reinterpret_cast<const float*>(W + (size_t)r0 * rb), (blasint)(rb / 4), 0.0f, Y + r0,
                   (blasint)rows);
     });
     return;

@@ -31,7 +31,14 @@ void opMatvecRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, 
                   float* y, size_t rowStride = 0);
 void opAxpyRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
                 float* out, size_t rowStride = 0);
-void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y);
+// Batched axpyRows: out[t·cols + c] += Σ_k coef[t·ldc + k]·W[idx[k]][c] for each of nTok tokens,
+// k ascending: every token's output is bit-identical to opAxpyRows with its coefficients. The
+// rows are taken a few dozen at a time for all tokens, so they are read from memory once.
+void opAxpyRowsBatch(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
+                     int64_t ldc, int64_t nTok, float* out, size_t rowStride = 0);
+// Y (nTok, rows) = X (nTok, cols) · W^T; rowStride as in opMatvecRows.
+void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y,
+              size_t rowStride = 0);
 
 void opRmsnorm(const float* x, const float* w, int64_t n, int64_t nTok, float eps, float* out);
 void opRope(float* x, int64_t nTok, int64_t nHeads, int64_t headDim, int64_t ropeDim, int64_t pos0, float freqBase,
