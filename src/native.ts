@@ -116,6 +116,13 @@ export interface NativeAddon {
    * token's output bit-identical to axpyRows with its coefficients (rows read once for all tokens).
    */
   axpyRowsBatch(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, coef: number, coefOff: number, ldc: number, nTok: number, out: number, outOff: number, rowStride?: number): void;
+  /**
+   * The same sum as axpyRowsBatch through OpenBLAS sgemm on rows dequantised to f32, in fixed
+   * blocks of 256 columns (deterministic for any thread count; not bit-identical to
+   * axpyRowsBatch). Returns false and does nothing without OpenBLAS, on the scalar SIMD level, or
+   * with NEURONPIPE_NO_BLAS=1: the caller then runs axpyRowsBatch.
+   */
+  gemmRowsAcc(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, coef: number, coefOff: number, ldc: number, nTok: number, out: number, outOff: number, rowStride?: number): boolean;
   /** out[t] = x[t] / rms(x[t]) * weight, for nTok rows of n (weight f32). */
   rmsnorm(x: number, xOff: number, weight: number, weightOff: number, n: number, nTok: number, eps: number, out: number, outOff: number): void;
   /** In-place rotary embedding of (nTok, nHeads, headDim) at positions pos0 + t; first ropeDim dims rotated. neox: pairs (i, i+ropeDim/2), else (2i, 2i+1). */

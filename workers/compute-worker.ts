@@ -8,7 +8,8 @@
 import { native, type NativeAddon } from "../src/native.js";
 import { addFfnOutput, attentionBlock, checkBatch, embedTokens, ffnInput, forward, outputLogits } from "../src/model/forward.js";
 import type { Weights } from "../src/model/weights.js";
-import { bundleRange, createBundleScratch, FfnSteps, type BundleScratch, type TokenRows } from "../src/sparse/ffn/steps.js";
+import { createBundleScratch, FfnSteps, type TokenRows } from "../src/sparse/ffn/steps.js";
+import { StreamedFfn } from "../src/sparse/ffn/streamed.js";
 import type { ComputeInit, ComputeResult, ComputeTask, FrontTask } from "../src/protocol/tasks.js";
 import { nowUs } from "../src/trace/recorder.js";
 import { serveChannel } from "../src/util/worker-channel.js";
@@ -17,7 +18,7 @@ import { waitSlots } from "../src/sparse/cache/slot-flags.js";
 interface State {
   init: ComputeInit;
   weights: Weights;
-  bundles: BundleScratch;
+  streamed: StreamedFfn;
   steps: FfnSteps;
   /** The decode token's rows of the run state. */
   token: TokenRows;
@@ -48,7 +49,13 @@ function setUp(init: ComputeInit): State {
   return {
     init,
     weights: { ...init.weights, buffers: [] },
-    bundles: createBundleScratch(init.cfg.nFF, init.prefill.bundleScratch, 0),
+    streamed: new StreamedFfn(init.ffn, {
+      loader: init.prefill.loader,
+      staging: init.prefill.staging,
+      stagingBytes: init.prefill.stagingBytes,
+      layerOffsets: init.prefill.layerOffsets,
+      scratch: createBundleScratch(init.cfg.nFF, init.prefill.bundleScratch, 0, init.prefill.bundleScratchBytes),
+    }),
     steps: new FfnSteps(init.ffn, init.cfg.nLayer),
     token: { buf: rs.buf, x: rs.x, xb: rs.xb, o: rs.o },
     want: new Int32Array(init.slotFlags.want),
@@ -186,24 +193,12 @@ function upDown(s: State, from: number, to: number): number[] {
 
 /**
  * The accelerator role: a prompt batch through the dense forward, each layer's FFN streamed
- * from the pack through the staging buffer in sequential reads (all neurons, pack order).
+ * from the pack (sparse/ffn/streamed.ts: sequential reads into half the staging while the other
+ * half computes, GEMMs over the bundles).
  */
-function prefill(n: NativeAddon, s: State, tokens: number[], pos0: number): { logits: number; reads: number } {
-  const { cfg, rs, kv, ffn, prefill: pf } = s.init;
-  const B = ffn.bundleBytes;
-  const per = Math.max(1, Math.floor(pf.stagingBytes / B));
-  s.bundles = createBundleScratch(cfg.nFF, pf.bundleScratch, 0); // its iota shares the decode scratch: write it again
-  let reads = 0;
-  const logits = forward(cfg, s.weights, rs, kv, tokens, pos0, {
-    ffn(layer, rs2, nTok) {
-      n.viewF32(rs2.buf, rs2.o, nTok * cfg.nEmbd).fill(0);
-      for (let a = 0; a < cfg.nFF; a += per) {
-        const m = Math.min(per, cfg.nFF - a);
-        n.readBatch(pf.loader, Float64Array.of(pf.layerOffsets[layer]! + a * B, m * B, pf.staging, 0));
-        reads += m * B;
-        bundleRange(ffn, pf.staging, 0, m, rs2, nTok, s.bundles);
-      }
-    },
-  });
-  return { logits, reads };
+function prefill(_n: NativeAddon, s: State, tokens: number[], pos0: number): { logits: number; reads: number } {
+  const { cfg, rs, kv } = s.init;
+  const before = s.streamed.stats.bytes;
+  const logits = forward(cfg, s.weights, rs, kv, tokens, pos0, { ffn: (layer, rs2, nTok) => s.streamed.run(layer, rs2, nTok) });
+  return { logits, reads: s.streamed.stats.bytes - before };
 }

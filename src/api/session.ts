@@ -127,7 +127,7 @@ export class Session extends EventEmitter<SessionEvents> {
    * Evaluate tokens at the end of the context and return a copy of the logits — of the last
    * token, or of every token with `all` (teacher forcing). Runs on the calling thread.
    */
-  evaluate(tokens: readonly number[], all = false, hooks: Pick<ForwardOptions, "onFfnActivations" | "onLayer"> = {}): Float32Array {
+  evaluate(tokens: readonly number[], all = false, hooks: Pick<ForwardOptions, "onFfnActivations" | "onLayer" | "batchFfn"> = {}): Float32Array {
     this.checkUsable();
     if (this.busy) throw new Error("session is generating: evaluate() would corrupt it; wait for the generation to end");
     const V = this.model.config.nVocab;

@@ -19,7 +19,9 @@
 // logits are bit-identical to every other decoder's for any budget.
 import type { ForwardOptions, RunState } from "../model/forward.js";
 import { forward } from "../model/forward.js";
-import { FfnSteps } from "../sparse/ffn/steps.js";
+import { createBundleScratch, FfnSteps } from "../sparse/ffn/steps.js";
+import { ffnScratchBytes } from "../sparse/ffn/layout.js";
+import { StreamedFfn } from "../sparse/ffn/streamed.js";
 import type { TraceRecorder } from "../trace/recorder.js";
 import { allocContext, freeContext } from "./context.js";
 import type { ContextOptions, DecodeContext, Decoder } from "./decoder.js";
@@ -36,13 +38,15 @@ export class InlineDecoder implements Decoder {
   /** How many layers ahead: at the end of layer L, layer L+aheadLayers's neurons are read (as many batches in flight). */
   aheadLayers = 2;
   private aheadIssued = 0; // the last layer of this token whose reads ahead were issued
+  private streamed?: StreamedFfn;
   private readonly steps: FfnSteps;
   private step = 0;
   /** The traced decode step's clock (steps of a token run one after the other on this thread). */
   private clock?: TokenClock;
   /** Bytes and requests the cache had read when the last span was marked. */
   private readMark = { bytes: 0, reads: 0 };
-  private readonly ffn = (layer: number, rs: RunState, nTok: number) => this.ffnBlock(layer, rs, nTok);
+  private readonly ffn = (layer: number, rs: RunState, nTok: number) => this.ffnBlock(layer, rs, nTok, false);
+  private readonly sparseFfn = (layer: number, rs: RunState, nTok: number) => this.ffnBlock(layer, rs, nTok, true);
 
   constructor(readonly parts: SparseParts) {
     this.steps = new FfnSteps(parts.ffn, parts.pack.config.nLayer);
@@ -66,7 +70,7 @@ export class InlineDecoder implements Decoder {
   }
 
   evaluate(ctx: DecodeContext, tokens: readonly number[], pos0: number, opts: ForwardOptions = {}): number {
-    const off = forward(this.parts.pack.config, this.parts.weights, ctx.rs, ctx.kv, tokens, pos0, { ...opts, ffn: this.ffn });
+    const off = forward(this.parts.pack.config, this.parts.weights, ctx.rs, ctx.kv, tokens, pos0, { ...opts, ffn: opts.batchFfn === "sparse" ? this.sparseFfn : this.ffn });
     this.parts.sample();
     return off;
   }
@@ -101,11 +105,35 @@ export class InlineDecoder implements Decoder {
   }
 
   async dispose(): Promise<void> {
+    try {
+      this.streamed?.finish();
+    } catch {
+      // a read that failed while nothing waits for it any more
+    }
     this.parts.dispose();
   }
 
-  /** o = FFN(xb) of `layer` for each token of the batch; x (the residual before ffn_norm) feeds the predictor. */
-  private ffnBlock(layer: number, rs: RunState, nTok: number): void {
+  /**
+   * A batch of tokens (a prompt) takes the dense FFN streamed from the pack (every neuron, no
+   * predictor, GEMMs), through the cache's I/O staging, which decode does not use meanwhile.
+   */
+  private streamedFfn(): StreamedFfn {
+    if (this.streamed) return this.streamed;
+    const { cache, plan, pack, ffn } = this.parts;
+    cache.settle(); // reads ahead land before their loader's staging neighbour is reused
+    const { nFF, nEmbd } = pack.config;
+    return (this.streamed = new StreamedFfn(ffn, {
+      loader: cache.loader.id,
+      staging: cache.staging,
+      stagingBytes: plan.stagingBytes,
+      layerOffsets: pack.layers.map((l) => l.bundlesOffset),
+      scratch: createBundleScratch(nFF, ffn.scratch, 0, ffnScratchBytes(nFF, nEmbd, plan.options.batchSize)),
+    }));
+  }
+
+  /** o = FFN(xb) of `layer` for each token of the batch: a prompt batch dense and streamed, else token by token sparse (x, the residual before ffn_norm, feeds the predictor). */
+  private ffnBlock(layer: number, rs: RunState, nTok: number, sparse: boolean): void {
+    if (nTok > 1 && !sparse) return this.streamedFfn().run(layer, rs, nTok);
     const bytes = this.parts.pack.config.nEmbd * 4;
     // reads ahead in decode only: with a batch the next FFN is this layer's, for the next token
     const ahead = nTok === 1 && this.readAhead && this.parts.cache.pinned && this.parts.cache.aheadStaging >= 0;

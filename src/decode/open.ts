@@ -43,7 +43,7 @@ export interface OpenOptions {
   hotShare?: number;
   /** Share of a non-resident hot cluster that must be predicted to read it whole (default 0.5: one sequential read of C bundles costs about C/2 random 4 KiB reads at queue depth 32 here). */
   clusterAdmit?: number;
-  /** Neurons per I/O staging buffer (default 256; the pipelined decoders: 1% of the budget, 256..2048). */
+  /** Neurons per I/O staging buffer (default 1% of the budget, 256..2048). */
   stagingNeurons?: number;
   /** Keep every gate row resident and cache up+down only: true, false, or "auto" (default: when the gate rows take ≤ 75% of the neuron cache; never in the blocking decoder, whose LLMFlash cache holds whole bundles). */
   pinGates?: boolean | "auto";
@@ -143,10 +143,11 @@ export async function openModelFile(path: string, o: OpenOptions = {}): Promise<
       `${path}: the pack has no predictors (blk.N.fc1.weight / blk.N.fc2.weight); train them with \`neuronpipe train-predictor\` and pack again, or use the oracle predictor`,
     );
   }
-  // the actor decoders keep several read batches in flight: a larger staging buffer (1% of the
-  // budget, 256..2048 neurons) lets each batch fill the loader's queue
+  // 1% of the budget, 256..2048 neurons: the actor decoders keep several read batches in flight,
+  // each filling the loader's queue; a prompt streams the dense FFN through it in chunks as large
+  // as half of it (fewer, larger GEMM calls and reads)
   const actors = kind === "pipeline" || kind === "blocking";
-  const stagingNeurons = o.stagingNeurons ?? (actors ? Math.min(2048, Math.max(256, Math.floor((0.01 * budget) / p.bundleBytes))) : undefined);
+  const stagingNeurons = o.stagingNeurons ?? Math.min(2048, Math.max(256, Math.floor((0.01 * budget) / p.bundleBytes)));
   const pinGates = kind === "blocking" ? false : o.pinGates;
   const io = { backend: o.io?.backend ?? "auto", queueDepth: o.io?.queueDepth ?? 32, directIO: o.io?.directIO ?? true, directIOAsked: o.io?.directIO === true } as const;
   const parts = openSparseParts(path, p, {

@@ -103,6 +103,12 @@ export interface ForwardOptions {
   onLayer?: (layer: number) => void;
   /** Called with the gated FFN activations of a layer: rs.hb holds (nTok, hidden_dim) f32 (profiling). */
   onFfnActivations?: (layer: number, rs: RunState, nTok: number) => void;
+  /**
+   * A neuron pack's inline decoder: how a batch of tokens takes the FFN — "dense" (every neuron,
+   * streamed from the pack: a prompt; the default) or "sparse" (each token as a decode step
+   * takes it: predictor and neuron cache; what perplexity of the sparse decoder measures).
+   */
+  batchFfn?: "dense" | "sparse";
   /** Compute each layer's FFN with this block instead of the dense matrices (decoders over a pack). */
   ffn?: FfnBlock;
 }

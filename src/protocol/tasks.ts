@@ -13,7 +13,8 @@ export interface PrefillLayout {
   layerOffsets: number[]; // file offset of each layer's bundle 0
   staging: number; // staging buffer id and its size: bundles are streamed through it
   stagingBytes: number;
-  bundleScratch: number; // buffer for createBundleScratch (bundleScratchBytes(nFF))
+  bundleScratch: number; // buffer for createBundleScratch, and its bytes
+  bundleScratchBytes: number;
 }
 
 /** Everything a compute worker needs to run a session's forward steps. */

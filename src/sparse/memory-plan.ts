@@ -142,8 +142,8 @@ export function predictorBytes(pack: Pack): number {
 }
 
 /** Per-token sparse-FFN scratch (ffn/layout.ts createFfnScratch). */
-function scratchBytes(cfg: ModelConfig): number {
-  return pageRound(ffnScratchBytes(cfg.nFF, cfg.nEmbd));
+function scratchBytes(cfg: ModelConfig, batchSize: number): number {
+  return pageRound(ffnScratchBytes(cfg.nFF, cfg.nEmbd, batchSize));
 }
 
 function tableBytes(pack: Pack, slots: number, hotFrames: number, clusterSize: number): number {
@@ -170,7 +170,7 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
     kvCache: pageRound(kvCacheBytes(cfg, opts.contextSize)),
     runState: pageRound(runStateBytes(cfg, opts.batchSize)),
     staging: pageRound(stagingBytes),
-    scratch: scratchBytes(cfg),
+    scratch: scratchBytes(cfg, opts.batchSize),
     cacheTables: 0,
   };
   let fixedNoTables = Object.values(fixed).reduce((a, b) => a + b, 0);

@@ -210,7 +210,7 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
     weights.buffers = owned;
     const bundles = bundleLayoutOf(pack);
     cache = new NeuronCache(pack, plan, { id: loaderId, backend: info.backend, directIO: info.directIO, aheadId });
-    scratch = createFfnScratch(cfg.nFF, cfg.nEmbd);
+    scratch = createFfnScratch(cfg.nFF, cfg.nEmbd, plan.options.batchSize);
     pred = o.predictor === "trained" ? loadPredictorWeights(pack) : undefined;
     const ffn: FfnLayout = {
       ...bundles,

@@ -28,7 +28,8 @@ export function perplexity(model: Model, tokens: readonly number[], window: numb
     for (let w0 = 0; w0 + 1 < tokens.length; w0 += window) {
       const inputs = tokens.slice(w0, Math.min(w0 + window, tokens.length - 1));
       s.reset();
-      const logits = s.evaluate(inputs, true);
+      // a pack: every token through the sparse FFN, as decode computes it (a prompt batch would go dense)
+      const logits = s.evaluate(inputs, true, { batchFfn: "sparse" });
       for (let t = 0; t < inputs.length; t++) {
         const row = logits.subarray(t * V, (t + 1) * V);
         let max = -Infinity;

@@ -11,6 +11,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { quietly } from "../helpers/quiet.js";
 import { loadModel } from "../../src/api/model.js";
 import { main } from "../../src/cli/main.js";
 import type { DecoderKind } from "../../src/decode/decoder.js";
@@ -38,19 +39,6 @@ const files: Record<string, { model: string; pack: string }> = {
   default: { model: defaultModel, pack: join(dir, "default.pack.gguf") },
   synthetic: { model: synth, pack: join(dir, "synth.pack.gguf") },
 };
-
-async function quietly<T>(f: () => Promise<T>): Promise<T> {
-  const w = process.stderr.write.bind(process.stderr);
-  const o = process.stdout.write.bind(process.stdout);
-  process.stderr.write = (() => true) as typeof process.stderr.write;
-  process.stdout.write = (() => true) as typeof process.stdout.write;
-  try {
-    return await f();
-  } finally {
-    process.stderr.write = w;
-    process.stdout.write = o;
-  }
-}
 
 beforeAll(async () => {
   await quietly(() => writePack(defaultModel, files.default!.pack, { profile: `${defaultModel}.profile.gguf`, predictor: join(import.meta.dirname, "..", "fixtures", "default-mlp.predictor.gguf") }));

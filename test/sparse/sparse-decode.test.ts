@@ -9,6 +9,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { quietly } from "../helpers/quiet.js";
 import { main } from "../../src/cli/main.js";
 import { perplexity } from "../../src/tools/evaluate.js";
 import { loadModel, type Model } from "../../src/index.js";
@@ -56,16 +57,6 @@ function greedy(m: Model, prompt: number[], steps: number): { ids: number[]; log
     return { ids, logits: all };
   } finally {
     s.dispose();
-  }
-}
-
-async function quietly<T>(f: () => Promise<T>): Promise<T> {
-  const w = process.stderr.write.bind(process.stderr);
-  process.stderr.write = (() => true) as typeof process.stderr.write;
-  try {
-    return await f();
-  } finally {
-    process.stderr.write = w;
   }
 }
 

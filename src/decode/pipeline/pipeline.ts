@@ -15,6 +15,7 @@ import type { ForwardOptions } from "../../model/forward.js";
 import { native } from "../../native.js";
 import { WindowCache } from "../../sparse/cache/window-cache.js";
 import { FfnSteps } from "../../sparse/ffn/steps.js";
+import { ffnScratchBytes } from "../../sparse/ffn/layout.js";
 import { recordInspection, nowUs, type TraceRecorder } from "../../trace/recorder.js";
 import { workerFile } from "../../util/package-files.js";
 import { allocContext, freeContext } from "../context.js";
@@ -284,6 +285,7 @@ export class PipelineDecoder implements Decoder {
           staging: cache.staging,
           stagingBytes: plan.stagingBytes,
           bundleScratch: ffn.scratch, // free during prefill: the decode scratch doubles as the dense FFN's
+          bundleScratchBytes: ffnScratchBytes(pack.config.nFF, pack.config.nEmbd, plan.options.batchSize),
         },
         threads: this.knobs.threads,
         slotFlags: cache.reads.flags,

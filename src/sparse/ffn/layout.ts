@@ -57,9 +57,13 @@ export interface PredictorWeights {
 export const FFN_SCRATCH = ["scores", "P", "slots", "gate", "aSlots", "aPos", "gA", "uA", "hA", "pHidden", "aheadX", "aheadXb"] as const;
 export type FfnScratchOffsets = Record<(typeof FFN_SCRATCH)[number], number>;
 
-/** Bytes of one token's sparse-FFN scratch (the memory plan counts this). */
-export function ffnScratchBytes(nFF: number, dim: number): number {
-  return FFN_SCRATCH.length * Math.max(nFF, dim) * 4;
+/**
+ * Bytes of the sparse-FFN scratch (the memory plan counts this): one token's vectors, and room
+ * for a prompt batch of `batchSize` tokens to take 128 neurons at a time through the dense FFN
+ * (the bundle scratch of a streamed prefill: an iota of n_ff, then g, u, h of 128 per token).
+ */
+export function ffnScratchBytes(nFF: number, dim: number, batchSize: number): number {
+  return Math.max(FFN_SCRATCH.length * Math.max(nFF, dim), nFF + 3 * 128 * batchSize) * 4;
 }
 
 /**
@@ -71,9 +75,10 @@ export function ffnScratchBytes(nFF: number, dim: number): number {
  *   pHidden (f32) the linear predictor's fc1·x̂ (rank ≤ n_ff)
  *   aheadX, aheadXb (f32, n_embd) the next layer's FFN input as known now, and it normed (reads ahead)
  */
-export function createFfnScratch(nFF: number, dim: number): { buf: number; off: FfnScratchOffsets } {
+export function createFfnScratch(nFF: number, dim: number, batchSize: number): { buf: number; off: FfnScratchOffsets; bytes: number } {
   const F = Math.max(nFF, dim) * 4;
-  return { buf: native().alloc(ffnScratchBytes(nFF, dim)), off: Object.fromEntries(FFN_SCRATCH.map((k, i) => [k, i * F])) as FfnScratchOffsets };
+  const bytes = ffnScratchBytes(nFF, dim, batchSize);
+  return { buf: native().alloc(bytes), bytes, off: Object.fromEntries(FFN_SCRATCH.map((k, i) => [k, i * F])) as FfnScratchOffsets };
 }
 
 /** Where the sparse FFN of a pack is, for the decoders and the compute worker. */

@@ -173,22 +173,36 @@ export class FfnSteps {
   }
 }
 
-/** Scratch for bundleRange: iota (n_ff) i32, then g, u, h (n_ff each) f32. */
+/**
+ * Rows a batch of tokens takes at a time: PREFILL_ALIGN (64) when the scratch holds that many for
+ * every token. Callers split a layer at multiples of 64 (the streamed FFN's chunks), so every
+ * GEMM call covers rows [64j, 64j + 64) whatever the chunk size, and the prefill's logits do not
+ * depend on the staging, hence not on the budget. (The GEMMs run as fast at 64 rows as at 256.)
+ */
+export const PREFILL_ALIGN = 128;
+export function batchRows(cap: number, nTok: number): number {
+  return Math.max(1, Math.min(PREFILL_ALIGN, Math.floor(cap / nTok)));
+}
+
+/** Scratch for bundleRange: iota (n_ff) i32, then g, u, h (cap f32 each: a batch of tokens takes cap / nTok neurons at a time). */
 export interface BundleScratch {
   buf: number;
   iota: number;
   g: number;
   u: number;
   h: number;
+  cap: number;
 }
 
 export function bundleScratchBytes(nFF: number): number {
   return 4 * nFF * 4;
 }
 
-/** Lay out (and fill the iota of) bundle scratch at `at` in `buf`. */
-export function createBundleScratch(nFF: number, buf = native().alloc(bundleScratchBytes(nFF)), at = 0): BundleScratch {
-  const s = { buf, iota: at, g: at + nFF * 4, u: at + 2 * nFF * 4, h: at + 3 * nFF * 4 };
+/** Lay out (and fill the iota of) bundle scratch in `bytes` bytes at `at` in `buf`. */
+export function createBundleScratch(nFF: number, buf = native().alloc(bundleScratchBytes(nFF)), at = 0, bytes = bundleScratchBytes(nFF)): BundleScratch {
+  const cap = Math.floor((bytes / 4 - nFF) / 3);
+  if (cap < 1) throw new RangeError(`bundle scratch: ${bytes} bytes cannot hold the iota of ${nFF} neurons and one value each`);
+  const s = { buf, iota: at, g: at + nFF * 4, u: at + (nFF + cap) * 4, h: at + (nFF + 2 * cap) * 4, cap };
   const iota = native().viewI32(buf, s.iota, nFF);
   for (let i = 0; i < nFF; i++) iota[i] = i;
   return s;
@@ -198,16 +212,31 @@ export function createBundleScratch(nFF: number, buf = native().alloc(bundleScra
  * Every neuron of `count` bundles at (src, srcOff), for tokens 0..nTok-1 of the run state at
  * rsBuf (xb rows in, o rows accumulated; `row` bytes apart):
  *   g = W_gate · xb;  u = W_up · xb;  h = act(g) · u;  o += Σ_k h[k] · W_down[:, k]   (k ascending)
+ * One token: matvecs over the rows (the decode path). A batch (prefill): GEMMs over cap / nTok
+ * rows at a time; the down projection an sgemm on the rows dequantised (OpenBLAS builds), or the
+ * down rows accumulated for all tokens at once, k ascending for each token as one token would.
  */
 export function bundleRange(L: BundleLayout, src: number, srcOff: number, count: number, rs: { buf: number; xb: number; o: number }, nTok: number, s: BundleScratch): void {
   const n = native();
-  const row = L.dim * 4;
   const B = L.bundleBytes;
-  for (let t = 0; t < nTok; t++) {
-    const xb = rs.xb + t * row;
-    n.matvecRows(L.gateType, src, srcOff, count, L.dim, s.buf, s.iota, count, rs.buf, xb, s.buf, s.g, B);
-    n.matvecRows(L.upType, src, srcOff + L.gateBlock, count, L.dim, s.buf, s.iota, count, rs.buf, xb, s.buf, s.u, B);
+  if (nTok === 1) {
+    n.matvecRows(L.gateType, src, srcOff, count, L.dim, s.buf, s.iota, count, rs.buf, rs.xb, s.buf, s.g, B);
+    n.matvecRows(L.upType, src, srcOff + L.gateBlock, count, L.dim, s.buf, s.iota, count, rs.buf, rs.xb, s.buf, s.u, B);
     n.gatedAct(L.kind, s.buf, s.g, s.buf, s.u, s.buf, s.h, count);
-    n.axpyRows(L.downType, src, srcOff + L.gateBlock + L.upBytes, count, L.dim, s.buf, s.iota, count, s.buf, s.h, rs.buf, rs.o + t * row, B);
+    n.axpyRows(L.downType, src, srcOff + L.gateBlock + L.upBytes, count, L.dim, s.buf, s.iota, count, s.buf, s.h, rs.buf, rs.o, B);
+    return;
+  }
+  const per = batchRows(s.cap, nTok);
+  for (let a = 0; a < count; a += per) {
+    const m = Math.min(per, count - a);
+    const off = srcOff + a * B;
+    // g, u: (nTok, m)
+    n.matmul(L.gateType, src, off, m, L.dim, rs.buf, rs.xb, nTok, s.buf, s.g, B);
+    n.matmul(L.upType, src, off + L.gateBlock, m, L.dim, rs.buf, rs.xb, nTok, s.buf, s.u, B);
+    n.gatedAct(L.kind, s.buf, s.g, s.buf, s.u, s.buf, s.h, nTok * m);
+    // sgemm on the rows dequantised (OpenBLAS), else the down rows accumulated per token
+    if (!n.gemmRowsAcc(L.downType, src, off + L.gateBlock + L.upBytes, m, L.dim, s.buf, s.iota, m, s.buf, s.h, m, nTok, rs.buf, rs.o, B)) {
+      n.axpyRowsBatch(L.downType, src, off + L.gateBlock + L.upBytes, m, L.dim, s.buf, s.iota, m, s.buf, s.h, m, nTok, rs.buf, rs.o, B);
+    }
   }
 }

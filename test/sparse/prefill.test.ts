@@ -1,0 +1,144 @@
+// The streamed dense prefill (src/sparse/ffn/streamed.ts): a prompt batch through every neuron of
+// each layer, the bundles streamed from the pack through the plan's staging while the previous
+// chunk computes. Against the dense engine on the plain GGUF (an independent path: mapped
+// weights, its own FFN matmuls): logits after the prompt within the stated tolerance and the
+// same greedy tokens after it, for every decoder of a pack at 25%, 50% and 100% of the FFN; the
+// prefill's logits do not depend on the budget or the decoder (chunks aligned to 128 neurons);
+// what it reads is the whole FFN once per batch; and the budget holds.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadModel, type Model } from "../../src/index.js";
+import { loadSparseModel } from "../../src/api/model.js";
+import { budgetForFfnFraction, planOptions } from "../../src/sparse/memory-plan.js";
+import { openPack } from "../../src/sparse/pack/open.js";
+import { writePack } from "../../src/sparse/pack/write.js";
+import { native } from "../../src/native.js";
+import { main } from "../../src/cli/main.js";
+import { profileActivations } from "../../src/tools/profile.js";
+import { writeProfile } from "../../src/sparse/profile-file.js";
+import { quietly } from "../helpers/quiet.js";
+
+const root = join(import.meta.dirname, "..", "..");
+const defaultModel = join(root, "models", "neuronpipe-default.gguf");
+const dir = mkdtempSync(join(tmpdir(), "np-prefill-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const packPath = join(dir, "default.pack.gguf");
+const ctx = 256;
+// 40 tokens or so: one batch of 32 and a second of the rest
+const text = "Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse, and nothing particular to interest me on shore, I thought I would sail about";
+
+const synthPath = join(dir, "synth-q4_0.gguf");
+const synthPack = join(dir, "synth-q4_0.pack.gguf");
+beforeAll(async () => {
+  await writePack(defaultModel, packPath, { profile: `${defaultModel}.profile.gguf`, predictor: `${defaultModel}.predictor.gguf` });
+  // a Q4_0 model with planted ~10% activity (no predictors: decode with the oracle)
+  expect(await quietly(() => main(["synth", "--out", synthPath, "--embd", "256", "--ff", "1024", "--layers", "3", "--heads", "8", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1"]))).toBe(0);
+  const m = await loadModel(synthPath);
+  const p = profileActivations(m, m.tokenizer.encode(text.repeat(20)).slice(0, 256), 128);
+  m.dispose();
+  await writeProfile(`${synthPath}.profile.gguf`, p);
+  await writePack(synthPath, synthPack, { profile: `${synthPath}.profile.gguf` });
+}, 180_000);
+
+async function greedy(m: Model, n: number): Promise<number[]> {
+  // through a session: the prompt takes the decoder's prefill, then n decode steps
+  const s = m.createSession({ contextSize: ctx });
+  const ids: number[] = [];
+  try {
+    for await (const p of s.generate(text, { maxTokens: n, temperature: 0 })) if (p.token >= 0) ids.push(p.token);
+  } finally {
+    s.dispose();
+  }
+  return ids;
+}
+
+function budget(path: string, f: number, predictor: boolean): number {
+  const pack = openPack(path);
+  return budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: ctx, predictor }));
+}
+
+/** Logits after the prompt through the decoder's prefill (every decoder, worker threads or not), in batches of 32 as a session does. */
+async function prefillLogits(m: Model, prompt: number[]): Promise<Float32Array> {
+  const d = m.decoder;
+  const c = d.createContext({ contextSize: ctx });
+  try {
+    let off = -1;
+    for (let i = 0; i < prompt.length; i += 32) off = await d.prefill(c, prompt.slice(i, i + 32), i);
+    return Float32Array.from(native().viewF32(c.rs.buf, off, m.config.nVocab));
+  } finally {
+    d.releaseContext(c);
+  }
+}
+
+const maxAbs = (a: Float32Array) => a.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+
+describe.each([
+  // [model, plain GGUF, pack, predictor, tolerance relative to max |logit|, greedy tokens that must match]
+  // F32: the dense engine's FFN is OpenBLAS sgemm as the streamed path's down projection, only
+  // the order of the sums differs (measured 6e-6). Q4_0: the dense engine quantises the FFN's
+  // activation h to Q8_0 for its down matmul (as ggml does) where the streamed path multiplies h
+  // in f32: up to 1/254 of a block's largest |h| per term (measured 1.4%). Its random weights
+  // give flat logits, and sparse decode's own f32 down projection differs from dense's the same
+  // way, so after 12 tokens a near-tie goes the other way: the first 8 are held to dense's.
+  ["the default model (F32)", defaultModel, () => packPath, "trained", 1e-4, 16],
+  ["a synthetic Q4_0 model", synthPath, () => synthPack, "oracle", 3e-2, 8],
+] as const)("streamed dense prefill, %s", (_name, plain, pack, predictor, tol, same) => {
+  it("every decoder at 25/50/100% of the FFN: logits after the prompt within the tolerance of dense's, the same greedy tokens, the same bits at every budget and decoder; the prefill reads nothing through the neuron cache; the budget holds", async () => {
+    const d = await loadModel(plain);
+    const prompt = d.tokenizer.encode(text);
+    expect(prompt.length).toBeGreaterThan(32); // two batches
+    const denseLogits = await prefillLogits(d, prompt);
+    const denseTokens = await greedy(d, 16);
+    d.dispose();
+    let reference: Float32Array | undefined;
+    const scale = maxAbs(denseLogits);
+    for (const f of [0.25, 0.5, 1]) {
+      for (const decoder of ["inline", "pipeline", "blocking"] as const) {
+        const what = `${decoder} at ${f} of the FFN`;
+        const memory = budget(pack(), f, predictor === "trained");
+        const m = await loadSparseModel(pack(), { memory, decoder, predictor, contextSize: ctx });
+        try {
+          const sp = m.sparse!;
+          const before = sp.cache.stats.reduce((a, st) => a + st.bytesRead, 0);
+          const logits = await prefillLogits(m, prompt);
+          sp.sample();
+          expect(sp.peakResidentBytes, what).toBeLessThanOrEqual(memory);
+          // the prefill reads through its own streams, not the neuron cache
+          expect(sp.cache.stats.reduce((a, st) => a + st.bytesRead, 0), what).toBe(before);
+          let worst = 0;
+          for (let i = 0; i < logits.length; i++) worst = Math.max(worst, Math.abs(logits[i]! - denseLogits[i]!));
+          expect(worst / scale, what).toBeLessThan(tol);
+          reference ??= logits;
+          expect(Buffer.from(logits.buffer).equals(Buffer.from(reference.buffer)), `${what}: bits`).toBe(true);
+          expect((await greedy(m, 16)).slice(0, same), what).toEqual(denseTokens.slice(0, same));
+        } finally {
+          await m[Symbol.asyncDispose]();
+        }
+      }
+    }
+  }, 300_000);
+});
+
+describe("streamed dense prefill, reads", () => {
+  it("inline: reads each layer's bundles once per prompt batch, in chunks of whole 128-neuron groups, with the next chunk's read in flight", async () => {
+    const m = await loadSparseModel(packPath, { memory: budget(packPath, 0.5, true), decoder: "inline", contextSize: ctx });
+    try {
+      const prompt = m.tokenizer.encode(text);
+      await prefillLogits(m, prompt);
+      const streamed = (m.decoder as unknown as { streamed: import("../../src/sparse/ffn/streamed.js").StreamedFfn }).streamed;
+      const pack = openPack(packPath);
+      const batches = Math.ceil(prompt.length / 32);
+      const ffnBytes = pack.config.nLayer * pack.config.nFF * pack.bundleBytes;
+      expect(streamed.stats.bytes).toBe(batches * ffnBytes);
+      expect(streamed.chunk % 128).toBe(0);
+      expect(streamed.stats.reads).toBe(batches * pack.config.nLayer * Math.ceil(pack.config.nFF / streamed.chunk));
+      // all but the first chunk of each batch were read in the background
+      expect(streamed.stats.spans.length).toBe(streamed.stats.reads - batches);
+      for (const sp of streamed.stats.spans) expect(sp.t1).toBeGreaterThanOrEqual(sp.t0);
+    } finally {
+      await m[Symbol.asyncDispose]();
+    }
+  }, 120_000);
+});
