@@ -229,6 +229,47 @@ describe.each(LEVELS)("axpyRowsBatch on %s", (level) => {
   }
 });
 
+describe("gemmRowsAcc (the prefill's down projection through OpenBLAS)", () => {
+  for (const t of TYPES) {
+    it(`${NAME[t]}: 5 tokens × 150 strided rows == f64 reference; threads 1 == 2 bit-for-bit; NEURONPIPE_NO_BLAS=1 or no OpenBLAS: false, nothing done`, () => {
+      const rows = 200, cols = 4096 + 256 + 64, stride = strideFor(t, cols), wOff = 64, nTok = 5, ldc = 160;
+      const { bytes } = makeWeights(t, rows, cols, 7000 + t);
+      const w = stridedWeights(t, bytes, rows, cols, wOff, stride, 7100 + t);
+      const ids = randomIds(rows, 150, 7200 + t);
+      const idx = bufI32(ids);
+      const coefs = Array.from({ length: nTok }, (_, i) => randF32(ldc, 7300 + t + i));
+      const coef = bufF32(Float32Array.from(coefs.flatMap((v) => [...v])));
+      const out0 = Array.from({ length: nTok }, (_, i) => randF32(cols, 7400 + t + i));
+      const run = (threads: number) =>
+        withThreads(threads, () => {
+          const out = bufF32(Float32Array.from(out0.flatMap((v) => [...v])));
+          const used = N.gemmRowsAcc(t, w, wOff, rows, cols, idx, 0, ids.length, coef, 0, ldc, nTok, out, 0, stride);
+          return { used, out: readF32(out, nTok * cols) };
+        });
+      const a = run(1);
+      expect(a.used).toBe(N.buildInfo().openblas);
+      if (!a.used) {
+        // nothing written: the caller runs axpyRowsBatch
+        for (let i = 0; i < nTok; i++) bitsEqual(a.out.subarray(i * cols, (i + 1) * cols), out0[i]!, "untouched");
+        return;
+      }
+      bitsEqual(a.out, run(2).out, "threads 1 vs 2");
+      for (let i = 0; i < nTok; i++) {
+        const { want, mag } = refAxpyRows(t, bytes, cols, ids, coefs[i]!.subarray(0, ids.length), out0[i]!);
+        expectClose(a.out.subarray(i * cols, (i + 1) * cols), want, mag, axpyTol(ids.length), `gemmRowsAcc ${NAME[t]} token ${i}`);
+      }
+      process.env.NEURONPIPE_NO_BLAS = "1";
+      try {
+        const off = run(1);
+        expect(off.used).toBe(false);
+        for (let i = 0; i < nTok; i++) bitsEqual(off.out.subarray(i * cols, (i + 1) * cols), out0[i]!, "untouched with NEURONPIPE_NO_BLAS=1");
+      } finally {
+        delete process.env.NEURONPIPE_NO_BLAS;
+      }
+    });
+  }
+});
+
 describe.each(LEVELS)("axpyRows with rowStride on %s", (level) => {
   for (const t of TYPES) {
     for (const cols of [256, 4096]) {

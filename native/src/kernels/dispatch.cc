@@ -332,6 +332,40 @@ void opAxpyRowsBatch(int type, const uint8_t* W, int64_t cols, const int32_t* id
   });
 }
 
+bool opGemmRowsAcc(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
+                   int64_t ldc, int64_t nTok, float* out, size_t rowStride) {
+#ifdef NP_HAVE_OPENBLAS
+  const char* noBlas = std::getenv("NEURONPIPE_NO_BLAS");
+  if (getSimd() == SIMD_SCALAR || (noBlas && noBlas[0] == '1')) return false;
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+  const Kernels& k = K();
+  const size_t rb = rowStride ? rowStride : rowBytesOf(type, cols);
+  // FIXED blocks of kCols columns (a multiple of the quantisation block), each one sgemm call
+  // with the same arguments whatever the thread count: the rows' columns of the block are
+  // dequantised into a thread-local (nIdx, kCols) matrix, then out[:, block] += coef · it.
+  constexpr int64_t kCols = 256;
+  const int64_t nChunks = (cols + kCols - 1) / kCols;
+  const int T = threadsFor((double)nIdx * cols * nTok, 1 << 20);
+  poolRun(nChunks, T, [&](int64_t ch) {
+    const int64_t c0 = ch * kCols, n = std::min(cols, c0 + kCols) - c0;
+    thread_local std::vector<float> dq;
+    dq.resize((size_t)(nIdx * kCols));
+    const size_t at = rowBytesOf(type, c0);  // c0 is a multiple of the quantisation block
+    for (int64_t r = 0; r < nIdx; r++) k.dequantRow(type, W + (size_t)idx[r] * rb + at, n, dq.data() + r * kCols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)nTok, (blasint)n, (blasint)nIdx, 1.0f, coef,
+                (blasint)ldc, dq.data(), (blasint)kCols, 1.0f, out + c0, (blasint)cols);
+  });
+  return true;
+#else
+  (void)type, (void)W, (void)cols, (void)idx, (void)nIdx, (void)coef, (void)ldc, (void)nTok, (void)out, (void)rowStride;
+  return false;
+#endif
+}
+
 void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y,
               size_t rowStride) {
   const Kernels& k = K();

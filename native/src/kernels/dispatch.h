@@ -36,6 +36,11 @@ void opAxpyRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, in
 // rows are taken a few dozen at a time for all tokens, so they are read from memory once.
 void opAxpyRowsBatch(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
                      int64_t ldc, int64_t nTok, float* out, size_t rowStride = 0);
+// The same sum through OpenBLAS sgemm on dequantised rows (fixed column blocks: deterministic
+// whatever the thread count, not bit-identical to opAxpyRowsBatch). Returns false, doing
+// nothing, without OpenBLAS, on the scalar level or with NEURONPIPE_NO_BLAS=1.
+bool opGemmRowsAcc(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
+                   int64_t ldc, int64_t nTok, float* out, size_t rowStride = 0);
 // Y (nTok, rows) = X (nTok, cols) · W^T; rowStride as in opMatvecRows.
 void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y,
               size_t rowStride = 0);
