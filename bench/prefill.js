@@ -127,7 +127,7 @@ const specs = [
   { id: "dense", what: "neuronpipe dense (plain GGUF, mapped, in memory)", engine: "neuronpipe", model },
   { id: "streamed-resident", what: "neuronpipe pack, whole FFN resident (streamed dense prefill)", engine: "neuronpipe", model: pack, memory: lib.budgetForFfnFraction(packInfo, 1, planOpts) },
   { id: "streamed", what: `neuronpipe pack, ${Math.round(100 * (1 - Number(v.ffn)))}% of the FFN offloaded (--memory ${(budget / 2 ** 30).toFixed(2)} GiB, streamed dense prefill)`, engine: "neuronpipe", model: pack, memory: budget },
-  { id: "token-at-a-time", what: "the same budget, each prompt token a sparse decode step (the path before; LLMFlash-style)", engine: "neuronpipe", model: pack, memory: budget, tokenAtATime: true },
+  { id: "token-at-a-time", what: "the same budget, each prompt token a sparse decode step of the default decoder (how a prompt went through a pack before)", engine: "neuronpipe", model: pack, memory: budget, tokenAtATime: true },
   { id: "llama-prebuilt", what: "llama.cpp prebuilt (node-llama-cpp, repacked Q4_0), in memory", engine: "llama.cpp", model },
 ];
 const only = v.only?.split(",");
