@@ -5,9 +5,9 @@
 // engines do), and llama.cpp (node-llama-cpp's prebuilt, in memory) — one run, one engine per
 // child process, one after the other, median of `--repeat` runs after a warm-up.
 //
-//   node bench/prefill.js --dir /work/models7b [--lengths 128,512] [--repeat 3] [--only id,id]
+//   node bench/prefill.js [--dir DIR] [--lengths 128,512] [--repeat 3] [--only id,id]
 //
-// Needs in --dir: llama2-7b-sparse-q4_0-seed1.gguf and its pack
+// Needs in --dir (default $NEURONPIPE_BENCH_DIR, else bench/.models, as bench/sparse.js): llama2-7b-sparse-q4_0-seed1.gguf and its pack
 // llama2-7b-sparse-q4_0-seed1-linear.pack.gguf (bench/sparse.js prepares both), and the corpus
 // random-tokens-llama2-seed1-16k.txt (prompt text). Writes bench/results/prefill.json.
 import { spawn } from "node:child_process";
@@ -34,6 +34,7 @@ const { values: v } = parseArgs({
     child: { type: "string" },
   },
 });
+v.dir = resolve(v.dir ?? process.env.NEURONPIPE_BENCH_DIR ?? join(benchDir, ".models"));
 const lengths = v.lengths.split(",").map(Number);
 const repeat = Number(v.repeat);
 const threads = Number(v.threads);
