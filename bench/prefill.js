@@ -68,14 +68,21 @@ async function childNeuronpipe(spec) {
     return ids.length / ((performance.now() - t) / 1000);
   };
   run(ps[lengths[0]].slice(0, 16)); // warm-up: mapping paged in, workers started
+  const streamed = () => model.decoder.streamed;
   for (const n of lengths) {
     const runs = [];
     const reps = spec.tokenAtATime ? 1 : repeat; // the slow path: one run
+    streamed()?.resetStats();
     for (let r = 0; r < reps; r++) {
       runs.push(run(ps[n]));
       log(`${spec.id}: ${n} tokens: ${runs.at(-1).toFixed(2)} tok/s`);
     }
     out.lengths[n] = { tokensPerSecond: median(runs), runs };
+    const st = streamed()?.stats;
+    if (st && !spec.tokenAtATime) {
+      // per layer, per prompt (mean over the runs): the GEMMs' time and the time its chunks' reads took
+      out.lengths[n].layers = { computeMs: st.computeUs.map((u) => u / 1000 / reps), readMs: st.readUs.map((u) => u / 1000 / reps), waitMs: st.waitUs / 1000 / reps, readBytes: st.bytes / reps };
+    }
   }
   const sp = model.sparse;
   if (sp) {
@@ -154,6 +161,39 @@ const table = [
   `|---:|${results.map(() => "---:").join("|")}|---:|---:|---:|---:|`,
   ...rows,
 ].join("\n");
+// ---- Fig. 8: per-layer compute vs read time of the offloaded run, one panel per prompt length --
+const off = results.find((r) => r.id === "streamed");
+if (off && lengths.every((n) => off.lengths[n]?.layers)) {
+  const W = 760, panelH = 230, m = { l: 56, r: 16, t: 40, b: 40 };
+  const H = m.t + lengths.length * (panelH + m.b) + 10;
+  const el = [`<rect width="${W}" height="${H}" fill="white"/>`, `<text x="${W / 2}" y="22" text-anchor="middle" font-size="15" font-family="sans-serif">Streamed prefill, 7B Q4_0, ${Math.round(100 * (1 - Number(v.ffn)))}% of the FFN on disk: per-layer FFN compute vs sequential read time</text>`];
+  lengths.forEach((n, i) => {
+    const L = off.lengths[n].layers;
+    const nL = L.computeMs.length;
+    const top = m.t + i * (panelH + m.b);
+    const pw = W - m.l - m.r;
+    const max = Math.max(...L.computeMs, ...L.readMs) * 1.1;
+    const bw = pw / nL / 2.5;
+    const y = (ms) => top + panelH - (ms / max) * panelH;
+    for (let l = 0; l < nL; l++) {
+      const x0 = m.l + (l + 0.5) * (pw / nL) - bw;
+      el.push(`<rect x="${x0.toFixed(1)}" y="${y(L.computeMs[l]).toFixed(1)}" width="${bw.toFixed(1)}" height="${(top + panelH - y(L.computeMs[l])).toFixed(1)}" fill="#1d3557"/>`);
+      el.push(`<rect x="${(x0 + bw).toFixed(1)}" y="${y(L.readMs[l]).toFixed(1)}" width="${bw.toFixed(1)}" height="${(top + panelH - y(L.readMs[l])).toFixed(1)}" fill="#f4a261"/>`);
+      if (l % 4 === 0) el.push(`<text x="${(x0 + bw).toFixed(1)}" y="${top + panelH + 14}" text-anchor="middle" font-size="10" font-family="sans-serif">${l}</text>`);
+    }
+    const sum = (a) => a.reduce((x, y) => x + y, 0);
+    const ratio = sum(L.computeMs) / sum(L.readMs);
+    const hidden = 1 - L.waitMs / sum(L.readMs);
+    el.push(`<line x1="${m.l}" y1="${top + panelH}" x2="${m.l + pw}" y2="${top + panelH}" stroke="black"/><line x1="${m.l}" y1="${top}" x2="${m.l}" y2="${top + panelH}" stroke="black"/>`);
+    for (let k = 0; k <= 4; k++) el.push(`<text x="${m.l - 6}" y="${(y((max * k) / 4) + 4).toFixed(1)}" text-anchor="end" font-size="10" font-family="sans-serif">${((max * k) / 4).toFixed(0)}</text>`);
+    el.push(`<text x="${m.l + 8}" y="${top + 14}" font-size="12" font-family="sans-serif">${n}-token prompt: compute ${sum(L.computeMs).toFixed(0)} ms = ${ratio.toFixed(2)}× the reads' ${sum(L.readMs).toFixed(0)} ms; ${(100 * hidden).toFixed(1)}% of read time hidden (waited ${L.waitMs.toFixed(0)} ms)</text>`);
+    el.push(`<text transform="translate(14 ${top + panelH / 2}) rotate(-90)" text-anchor="middle" font-size="11" font-family="sans-serif">ms per layer</text>`);
+    el.push(`<text x="${m.l + pw / 2}" y="${top + panelH + 30}" text-anchor="middle" font-size="11" font-family="sans-serif">layer (dark: GEMMs of its FFN; light: its bundles' sequential reads)</text>`);
+  });
+  const svgPath = join(rootDir, "docs", "img", "prefill-layers.svg");
+  writeFileSync(svgPath, `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}">\n${el.join("\n")}\n</svg>\n`);
+  log(`wrote ${svgPath}`);
+}
 writeFileSync(v.out, JSON.stringify({ date: new Date().toISOString(), threads, batch: Number(v.batch), budget, results }, null, 2));
 console.log(table);
 log(`wrote ${v.out}`);

@@ -27,11 +27,14 @@ export interface StreamedFfnOptions {
   scratch: BundleScratch;
 }
 
-/** Bytes and reads of a streamed FFN, and how long the computing thread waited for them. */
+/** Bytes and reads of a streamed FFN, how long the computing thread waited for them, and per layer the time spent computing and reading. */
 export interface StreamedStats {
   bytes: number;
   reads: number;
   waitUs: number;
+  /** Per layer, summed over runs: µs in the GEMMs, and µs the reads of its chunks took (in the background or not). */
+  computeUs: number[];
+  readUs: number[];
   /** Background read intervals (µs, process.hrtime's clock) per layer, for traces. */
   spans: { layer: number; t0: number; t1: number; bytes: number }[];
 }
@@ -39,7 +42,7 @@ export interface StreamedStats {
 export class StreamedFfn {
   /** Bundles per chunk (half the staging). */
   readonly chunk: number;
-  readonly stats: StreamedStats = { bytes: 0, reads: 0, waitUs: 0, spans: [] };
+  readonly stats: StreamedStats;
   private readonly half: number;
   private pending?: { ticket: number; layer: number; start: number; slot: number };
   private slot = 0; // the half the next read goes to
@@ -54,6 +57,17 @@ export class StreamedFfn {
     this.chunk = fit >= PREFILL_ALIGN ? fit - (fit % PREFILL_ALIGN) : fit;
     if (this.chunk < 1) throw new RangeError(`streamed FFN: a staging buffer of ${o.stagingBytes} bytes cannot hold two bundles of ${L.bundleBytes} bytes`);
     this.half = this.chunk * L.bundleBytes;
+    const nLayer = o.layerOffsets.length;
+    this.stats = { bytes: 0, reads: 0, waitUs: 0, computeUs: new Array<number>(nLayer).fill(0), readUs: new Array<number>(nLayer).fill(0), spans: [] };
+  }
+
+  /** Zero the statistics (a benchmark's measured runs). */
+  resetStats(): void {
+    const st = this.stats;
+    st.bytes = st.reads = st.waitUs = 0;
+    st.computeUs.fill(0);
+    st.readUs.fill(0);
+    st.spans.length = 0;
   }
 
   /** o (nTok rows) = the dense FFN of `layer` for xb (nTok rows) of the run state. */
@@ -72,7 +86,9 @@ export class StreamedFfn {
       // the next chunk of this layer, or the first of the next one, into the other half
       const next = a + this.chunk < L.nFF ? { layer, start: a + this.chunk } : layer + 1 < this.o.layerOffsets.length ? { layer: layer + 1, start: 0 } : undefined;
       if (next) this.start(next.layer, next.start);
+      const t = performance.now();
       bundleRange(L, this.o.staging, slot * this.half, Math.min(this.chunk, L.nFF - a), rs, nTok, this.o.scratch);
+      this.stats.computeUs[layer]! += (performance.now() - t) * 1000;
     }
   }
 
@@ -93,6 +109,7 @@ export class StreamedFfn {
       const r = native().readBatchWait(p.ticket);
       this.stats.waitUs += (performance.now() - t) * 1000;
       this.stats.spans.push({ layer, t0: r.t0, t1: r.t1, bytes: r.bytes });
+      this.stats.readUs[layer]! += r.t1 - r.t0;
       return p.slot;
     }
     this.finish(); // a read of something else (a forward that ended early): let it land first
@@ -100,7 +117,9 @@ export class StreamedFfn {
     this.slot ^= 1;
     const t = performance.now();
     native().readBatch(this.o.loader, this.request(layer, start, slot));
-    this.stats.waitUs += (performance.now() - t) * 1000;
+    const us = (performance.now() - t) * 1000;
+    this.stats.waitUs += us;
+    this.stats.readUs[layer]! += us;
     return slot;
   }
 
