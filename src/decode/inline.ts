@@ -22,7 +22,7 @@ import { forward } from "../model/forward.js";
 import { createBundleScratch, FfnSteps } from "../sparse/ffn/steps.js";
 import { ffnScratchBytes } from "../sparse/ffn/layout.js";
 import { StreamedFfn } from "../sparse/ffn/streamed.js";
-import type { TraceRecorder } from "../trace/recorder.js";
+import { nowUs, type TraceRecorder } from "../trace/recorder.js";
 import { allocContext, freeContext } from "./context.js";
 import type { ContextOptions, DecodeContext, Decoder } from "./decoder.js";
 import { TokenClock } from "./token-clock.js";
@@ -76,7 +76,20 @@ export class InlineDecoder implements Decoder {
   }
 
   async prefill(ctx: DecodeContext, tokens: readonly number[], pos0: number): Promise<number> {
-    return this.evaluate(ctx, tokens, pos0);
+    const trace = this.trace;
+    if (!trace || tokens.length < 2) return this.evaluate(ctx, tokens, pos0);
+    // traced: the streamed FFN's GEMMs on the prefill lane, its reads on the I/O lane
+    const streamed = this.streamedFfn();
+    const mark = streamed.stats.spans.length;
+    const t0 = nowUs();
+    streamed.onCompute = (layer, a, b, neurons) => trace.span({ lane: "prefill", name: "prefill", t0: a, t1: b, token: -1, layer, neurons });
+    try {
+      return this.evaluate(ctx, tokens, pos0);
+    } finally {
+      streamed.onCompute = undefined;
+      for (const r of streamed.stats.spans.slice(mark)) trace.span({ lane: "io", name: "read", t0: r.t0, t1: r.t1, token: -1, layer: r.layer, bytes: r.bytes, reads: 1, phase: "bundle" });
+      trace.token({ index: -1, t0, t1: nowUs() });
+    }
   }
 
   async decode(ctx: DecodeContext, token: number, pos: number): Promise<number> {

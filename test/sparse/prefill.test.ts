@@ -134,9 +134,58 @@ describe("streamed dense prefill, reads", () => {
       expect(streamed.stats.bytes).toBe(batches * ffnBytes);
       expect(streamed.chunk % 128).toBe(0);
       expect(streamed.stats.reads).toBe(batches * pack.config.nLayer * Math.ceil(pack.config.nFF / streamed.chunk));
-      // all but the first chunk of each batch were read in the background
-      expect(streamed.stats.spans.length).toBe(streamed.stats.reads - batches);
+      // every read has its interval; all but the first chunk of each batch ran in the background
+      expect(streamed.stats.spans.length).toBe(streamed.stats.reads);
+      expect(streamed.stats.spans.filter((r) => r.background).length).toBe(streamed.stats.reads - batches);
+      expect(streamed.stats.spans.reduce((a, r) => a + r.bytes, 0)).toBe(streamed.stats.bytes);
       for (const sp of streamed.stats.spans) expect(sp.t1).toBeGreaterThanOrEqual(sp.t0);
+    } finally {
+      await m[Symbol.asyncDispose]();
+    }
+  }, 120_000);
+
+  it("inline: the neuron cache is left as decode wants it (the same neurons resident in every layer, no statistics touched)", async () => {
+    const m = await loadSparseModel(packPath, { memory: budget(packPath, 0.5, true), decoder: "inline", contextSize: ctx });
+    try {
+      const { cache, pack } = m.sparse!;
+      const layers = [...Array(pack.config.nLayer).keys()];
+      const before = layers.map((l) => cache.residentNeurons(l));
+      const slots = layers.map((l) => Array.from({ length: pack.config.nFF }, (_, p) => cache.slotOfNeuron(l * pack.config.nFF + p)));
+      await prefillLogits(m, m.tokenizer.encode(text));
+      expect(layers.map((l) => cache.residentNeurons(l))).toEqual(before);
+      expect(layers.map((l) => Array.from({ length: pack.config.nFF }, (_, p) => cache.slotOfNeuron(l * pack.config.nFF + p)))).toEqual(slots);
+      expect(cache.stats.every((st) => st.gateAccesses === 0 && st.upDownAccesses === 0 && st.bytesRead === 0)).toBe(true);
+      expect(before.some((n) => n > 0)).toBe(true);
+    } finally {
+      await m[Symbol.asyncDispose]();
+    }
+  }, 120_000);
+
+  it("inline, traced: the prefill's GEMMs per chunk on the prefill lane and its reads on the I/O lane, inside the prefill record; trace plot draws them", async () => {
+    const m = await loadSparseModel(packPath, { memory: budget(packPath, 0.5, true), decoder: "inline", contextSize: ctx });
+    const rec = m.createTrace();
+    try {
+      const s = m.createSession({ contextSize: ctx });
+      for await (const _ of s.generate(text, { maxTokens: 2, temperature: 0, trace: rec })) void _;
+      s.dispose();
+      const streamed = (m.decoder as unknown as { streamed: import("../../src/sparse/ffn/streamed.js").StreamedFfn }).streamed;
+      const spans = rec.records.filter((r): r is import("../../src/trace/recorder.js").SpanRecord => r.kind === "span");
+      const compute = spans.filter((x) => x.lane === "prefill");
+      const reads = spans.filter((x) => x.lane === "io" && x.phase === "bundle");
+      const pack = openPack(packPath);
+      const batches = Math.ceil(m.tokenizer.encode(text).length / 32);
+      const chunks = Math.ceil(pack.config.nFF / streamed.chunk);
+      expect(compute.length).toBe(batches * pack.config.nLayer * chunks);
+      expect(compute.reduce((a, x) => a + x.neurons!, 0)).toBe(batches * pack.config.nLayer * pack.config.nFF);
+      expect(reads.length).toBe(batches * pack.config.nLayer * chunks);
+      expect(reads.reduce((a, x) => a + x.bytes!, 0)).toBe(streamed.stats.bytes);
+      const prefills = rec.records.filter((r): r is import("../../src/trace/recorder.js").TokenRecord => r.kind === "token" && r.index === -1);
+      expect(prefills.length).toBe(batches);
+      for (const x of [...compute, ...reads]) expect(prefills.some((p) => x.t0 >= p.t0 && x.t1 <= p.t1), `${x.lane} span inside a prefill record`).toBe(true);
+      const { traceSvg } = await import("../../src/trace-tools/plot.js");
+      const svg = traceSvg(rec.records);
+      expect(svg).toMatch(/class="lane"[^>]*>prefill</);
+      expect(svg).toMatch(/class="lane"[^>]*>io</);
     } finally {
       await m[Symbol.asyncDispose]();
     }

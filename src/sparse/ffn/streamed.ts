@@ -13,6 +13,7 @@
 // plan's I/O staging (decode reads none while a prompt is evaluated), so prefill holds nothing
 // the budget does not count.
 import { native } from "../../native.js";
+import { nowUs } from "../../trace/recorder.js";
 import type { BundleLayout } from "./layout.js";
 import { bundleRange, PREFILL_ALIGN, type BundleScratch } from "./steps.js";
 
@@ -35,8 +36,8 @@ export interface StreamedStats {
   /** Per layer, summed over runs: µs in the GEMMs, and µs the reads of its chunks took (in the background or not). */
   computeUs: number[];
   readUs: number[];
-  /** Background read intervals (µs, process.hrtime's clock) per layer, for traces. */
-  spans: { layer: number; t0: number; t1: number; bytes: number }[];
+  /** Every read's interval (µs, process.hrtime's clock: the trace's), per layer, for traces; `background` when it ran while the thread computed. */
+  spans: { layer: number; t0: number; t1: number; bytes: number; background: boolean }[];
 }
 
 export class StreamedFfn {
@@ -45,6 +46,8 @@ export class StreamedFfn {
   readonly stats: StreamedStats;
   private readonly half: number;
   private pending?: { ticket: number; layer: number; start: number; slot: number };
+  /** Called after each chunk's GEMMs with its interval (nowUs) and neurons (a trace's prefill lane). */
+  onCompute?: (layer: number, t0: number, t1: number, neurons: number) => void;
   private slot = 0; // the half the next read goes to
 
   constructor(
@@ -86,9 +89,12 @@ export class StreamedFfn {
       // the next chunk of this layer, or the first of the next one, into the other half
       const next = a + this.chunk < L.nFF ? { layer, start: a + this.chunk } : layer + 1 < this.o.layerOffsets.length ? { layer: layer + 1, start: 0 } : undefined;
       if (next) this.start(next.layer, next.start);
-      const t = performance.now();
-      bundleRange(L, this.o.staging, slot * this.half, Math.min(this.chunk, L.nFF - a), rs, nTok, this.o.scratch);
-      this.stats.computeUs[layer]! += (performance.now() - t) * 1000;
+      const t = nowUs();
+      const m = Math.min(this.chunk, L.nFF - a);
+      bundleRange(L, this.o.staging, slot * this.half, m, rs, nTok, this.o.scratch);
+      const t1 = nowUs();
+      this.stats.computeUs[layer]! += t1 - t;
+      this.onCompute?.(layer, t, t1, m);
     }
   }
 
@@ -108,18 +114,20 @@ export class StreamedFfn {
       const t = performance.now();
       const r = native().readBatchWait(p.ticket);
       this.stats.waitUs += (performance.now() - t) * 1000;
-      this.stats.spans.push({ layer, t0: r.t0, t1: r.t1, bytes: r.bytes });
+      this.stats.spans.push({ layer, t0: r.t0, t1: r.t1, bytes: r.bytes, background: true });
       this.stats.readUs[layer]! += r.t1 - r.t0;
       return p.slot;
     }
     this.finish(); // a read of something else (a forward that ended early): let it land first
     const slot = this.slot;
     this.slot ^= 1;
-    const t = performance.now();
-    native().readBatch(this.o.loader, this.request(layer, start, slot));
-    const us = (performance.now() - t) * 1000;
-    this.stats.waitUs += us;
-    this.stats.readUs[layer]! += us;
+    const t = nowUs();
+    const req = this.request(layer, start, slot);
+    native().readBatch(this.o.loader, req);
+    const t1 = nowUs();
+    this.stats.waitUs += t1 - t;
+    this.stats.readUs[layer]! += t1 - t;
+    this.stats.spans.push({ layer, t0: t, t1, bytes: req[1]!, background: false });
     return slot;
   }
 
