@@ -15,6 +15,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { cgroupReport, createCgroup, evictFile, memoryCgroupRoot, removeCgroup, sampleCgroup } from "./lib/measure.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
@@ -99,7 +100,7 @@ async function childNeuronpipe(spec) {
 async function childPeer(spec) {
   const { openPeer, peerInfo } = await import("./peer/llama-peer.mjs");
   const t0 = performance.now();
-  const peer = await openPeer(spec.model, { threads, contextSize: 1024 });
+  const peer = await openPeer(spec.model, { threads, contextSize: 1024, peer: spec.peer });
   const loadSeconds = (performance.now() - t0) / 1000;
   const ps = prompts((t) => peer.tokenize(t, { addBos: true }));
   await peer.timePrefill(ps[lengths[0]].slice(0, 16));
@@ -137,28 +138,57 @@ const specs = [
   { id: "streamed", what: `neuronpipe pack, ${Math.round(100 * (1 - Number(v.ffn)))}% of the FFN offloaded (--memory ${(budget / 2 ** 30).toFixed(2)} GiB, streamed dense prefill)`, engine: "neuronpipe", model: pack, memory: budget },
   { id: "token-at-a-time", what: "the same budget, each prompt token a sparse decode step of the default decoder (how a prompt went through a pack before)", engine: "neuronpipe", model: pack, memory: budget, tokenAtATime: true },
   { id: "llama-prebuilt", what: "llama.cpp prebuilt (node-llama-cpp, repacked Q4_0), in memory", engine: "llama.cpp", model },
+  // the limit of bench/sparse.js: the budget + 256 MiB for node and llama.cpp's own buffers; the
+  // norepack build keeps its weights in the page cache, which the cgroup then limits
+  { id: "llama-norepack-limited", what: `llama.cpp norepack (mmap) in a memory cgroup of ${((budget + 2 ** 28) / 2 ** 30).toFixed(2)} GiB`, engine: "llama.cpp", peer: "norepack", model, limit: budget + 2 ** 28 },
 ];
 const only = v.only?.split(",");
 const results = [];
 for (const spec of specs.filter((s) => !only || only.includes(s.id))) {
   log(`--- ${spec.id}: ${spec.what}`);
+  const args = [fileURLToPath(import.meta.url), "--dir", v.dir, "--lengths", v.lengths, "--repeat", v.repeat, "--threads", v.threads, "--batch", v.batch, "--child", JSON.stringify(spec)];
+  let cmd = process.execPath;
+  let argv = args;
+  let cg, sampler, eviction;
+  if (spec.limit) {
+    // as bench/sparse.js: evict the file's pages, then run the child inside a fresh cgroup
+    const root = memoryCgroupRoot();
+    if (!root) {
+      log(`${spec.id}: no writable memory cgroup (v1) here; skipped`);
+      continue;
+    }
+    eviction = evictFile(spec.model);
+    cg = createCgroup(root, `np-prefill-${process.pid}-${spec.id}`, spec.limit);
+    sampler = sampleCgroup(cg);
+    cmd = "/bin/sh";
+    // the shell joins the cgroup, then becomes node: everything the engine maps or caches is charged to it
+    argv = ["-c", `echo $$ > ${join(cg, "cgroup.procs")} && exec "$0" "$@"`, process.execPath, ...args];
+  }
   const out = await new Promise((res, rej) => {
-    const c = spawn(process.execPath, [fileURLToPath(import.meta.url), "--dir", v.dir, "--lengths", v.lengths, "--repeat", v.repeat, "--threads", v.threads, "--batch", v.batch, "--child", JSON.stringify(spec)], { stdio: ["ignore", "pipe", "inherit"] });
+    const c = spawn(cmd, argv, { stdio: ["ignore", "pipe", "inherit"] });
     let buf = "";
     c.stdout.on("data", (d) => (buf += d));
     c.on("exit", (code) => (code === 0 ? res(JSON.parse(buf)) : rej(new Error(`${spec.id}: child exited with ${code}`))));
   });
+  if (cg) {
+    out.cgroupPeak = sampler.stop();
+    out.cgroup = cgroupReport(cg, spec.limit);
+    out.eviction = eviction;
+    out.limited = out.cgroup.limited && eviction.ok;
+    removeCgroup(cg);
+    log(`${spec.id}: cgroup peak ${(out.cgroup.maxUsage / 2 ** 30).toFixed(2)} GiB of ${(spec.limit / 2 ** 30).toFixed(2)}, ${out.cgroup.failcnt} limit hits${out.limited ? "" : " — NOT LIMITED: this run does not measure prefill under the limit"}`);
+  }
   results.push({ ...spec, ...out });
 }
 const get = (id, n) => results.find((r) => r.id === id)?.lengths[n]?.tokensPerSecond;
 const rows = [];
 for (const n of lengths) {
   const r = (a, b) => (get(a, n) && get(b, n) ? (get(a, n) / get(b, n)).toFixed(2) + "×" : "—");
-  rows.push(`| ${n} | ${lengths.length ? results.map((x) => (x.lengths[n]?.tokensPerSecond ?? 0).toFixed(2)).join(" | ") : ""} | ${r("dense", "llama-prebuilt")} | ${r("streamed", "streamed-resident")} | ${r("streamed", "dense")} | ${r("streamed", "token-at-a-time")} |`);
+  rows.push(`| ${n} | ${lengths.length ? results.map((x) => (x.lengths[n]?.tokensPerSecond ?? 0).toFixed(2)).join(" | ") : ""} | ${r("dense", "llama-prebuilt")} | ${r("streamed", "streamed-resident")} | ${r("streamed", "dense")} | ${r("streamed", "token-at-a-time")} | ${r("streamed", "llama-norepack-limited")} |`);
 }
 const table = [
-  `| prompt tokens | ${results.map((x) => x.id).join(" | ")} | dense ÷ llama.cpp | streamed 50% ÷ resident | streamed 50% ÷ dense | streamed 50% ÷ token at a time |`,
-  `|---:|${results.map(() => "---:").join("|")}|---:|---:|---:|---:|`,
+  `| prompt tokens | ${results.map((x) => x.id).join(" | ")} | dense ÷ llama.cpp | streamed 50% ÷ resident | streamed 50% ÷ dense | streamed 50% ÷ token at a time | streamed 50% ÷ llama.cpp in the cgroup |`,
+  `|---:|${results.map(() => "---:").join("|")}|---:|---:|---:|---:|---:|`,
   ...rows,
 ].join("\n");
 // ---- Fig. 8: per-layer compute vs read time of the offloaded run, one panel per prompt length --
