@@ -536,10 +536,20 @@ Napi::Value Matmul(const Napi::CallbackInfo& info) {
   return Undef(info);
 }
 
-// axpyRowsBatch(type, w, wOff, rows, cols, idx, idxOff, nIdx, coef, coefOff, ldc, nTok, out, outOff, rowStride?):
+// The arguments of axpyRowsBatch and gemmRowsAcc:
+// (type, w, wOff, rows, cols, idx, idxOff, nIdx, coef, coefOff, ldc, nTok, out, outOff, rowStride?)
 // out (nTok, cols) += coef (nTok, ldc)[:, :nIdx] · W[idx]
-Napi::Value AxpyRowsBatch(const Napi::CallbackInfo& info) {
-  Ctx c{info, "axpyRowsBatch", {}};
+struct RowsBatch {
+  int type;
+  const uint8_t* w;
+  int64_t cols, nIdx, ldc, nTok;
+  const int32_t* idx;
+  const float* coef;
+  float* out;
+  size_t stride;
+};
+
+RowsBatch rowsBatchArgs(Ctx& c) {
   c.argc(14);
   const int t = c.type(0, "type");
   const int64_t wOff = c.idx(2, "wOff"), rows = c.idx(3, "rows"), cols = c.idx(4, "cols");
@@ -552,26 +562,21 @@ Napi::Value AxpyRowsBatch(const Napi::CallbackInfo& info) {
   const int32_t* idx = checkedIdx(c, 5, idxOff, nIdx, rows);
   const float* coef = (const float*)c.span(8, "coef", cOff, nTok == 0 ? 0.0 : ((double)(nTok - 1) * ldc + nIdx) * 4, 4);
   float* out = (float*)c.span(12, "out", oOff, (double)nTok * cols * 4, 4);
-  np::opAxpyRowsBatch(t, w, cols, idx, nIdx, coef, ldc, nTok, out, stride);
+  return {t, w, cols, nIdx, ldc, nTok, idx, coef, out, stride};
+}
+
+Napi::Value AxpyRowsBatch(const Napi::CallbackInfo& info) {
+  Ctx c{info, "axpyRowsBatch", {}};
+  const RowsBatch a = rowsBatchArgs(c);
+  np::opAxpyRowsBatch(a.type, a.w, a.cols, a.idx, a.nIdx, a.coef, a.ldc, a.nTok, a.out, a.stride);
   return Undef(info);
 }
 
-// gemmRowsAcc(…the arguments of axpyRowsBatch…) -> false when OpenBLAS is not used (nothing done)
+// -> false when OpenBLAS is not used (nothing done: the caller runs axpyRowsBatch)
 Napi::Value GemmRowsAcc(const Napi::CallbackInfo& info) {
   Ctx c{info, "gemmRowsAcc", {}};
-  c.argc(14);
-  const int t = c.type(0, "type");
-  const int64_t wOff = c.idx(2, "wOff"), rows = c.idx(3, "rows"), cols = c.idx(4, "cols");
-  const int64_t idxOff = c.idx(6, "idxOff"), nIdx = c.idx(7, "nIdx"), cOff = c.idx(9, "coefOff"), ldc = c.idx(10, "ldc"),
-                nTok = c.idx(11, "nTok"), oOff = c.idx(13, "outOff");
-  c.colsFit(t, cols);
-  if (ldc < nIdx) c.rangeErr("ldc " + std::to_string(ldc) + " is less than nIdx " + std::to_string(nIdx));
-  const size_t stride = rowStrideArg(c, 14, t, cols);
-  const uint8_t* w = c.span(1, "weight", wOff, stridedBytes(rows, stride, t, cols), elemAlign(t));
-  const int32_t* idx = checkedIdx(c, 5, idxOff, nIdx, rows);
-  const float* coef = (const float*)c.span(8, "coef", cOff, nTok == 0 ? 0.0 : ((double)(nTok - 1) * ldc + nIdx) * 4, 4);
-  float* out = (float*)c.span(12, "out", oOff, (double)nTok * cols * 4, 4);
-  return Napi::Boolean::New(info.Env(), np::opGemmRowsAcc(t, w, cols, idx, nIdx, coef, ldc, nTok, out, stride));
+  const RowsBatch a = rowsBatchArgs(c);
+  return Napi::Boolean::New(info.Env(), np::opGemmRowsAcc(a.type, a.w, a.cols, a.idx, a.nIdx, a.coef, a.ldc, a.nTok, a.out, a.stride));
 }
 
 Napi::Value Rmsnorm(const Napi::CallbackInfo& info) {
