@@ -193,16 +193,8 @@ describe.each(LEVELS)("matmul with rowStride (neuron bundles in staging) on %s",
 
 describe.each(LEVELS)("axpyRowsBatch on %s", (level) => {
   for (const t of TYPES) {
-    it(`${NAME[t]}: 3 tokens × 150 strided rows == axpyRows per token bit-for-bit (threads 1 and 2), == f64 reference`, () => {
-      const rows = 200, cols = 4096, stride = strideFor(t, cols), wOff = 64, nTok = 3, ldc = 160;
-      const { bytes } = makeWeights(t, rows, cols, 6000 + t);
-      const w = stridedWeights(t, bytes, rows, cols, wOff, stride, 6100 + t);
-      // 150 rows: two whole steps of 64 and a tail of 22 (groups of 8 and single rows)
-      const ids = randomIds(rows, 150, 6200 + t);
-      const idx = bufI32(ids);
-      const coefs = Array.from({ length: nTok }, (_, i) => randF32(ldc, 6300 + t + i));
-      const coef = bufF32(Float32Array.from(coefs.flatMap((v) => [...v])));
-      const out0 = Array.from({ length: nTok }, (_, i) => randF32(cols, 6400 + t + i));
+    it(`${NAME[t]}: a few tokens × 150 strided rows == axpyRows per token bit-for-bit (threads 1 and 2), == f64 reference`, () => {
+      const { rows, cols, stride, wOff, nTok, ldc, bytes, w, ids, idx, coefs, coef, out0 } = rowsBatchCase(t, 4096, 6000);
       const batch = (threads: number) =>
         withThreads(threads, () =>
           withLevel(level, () => {
@@ -229,17 +221,26 @@ describe.each(LEVELS)("axpyRowsBatch on %s", (level) => {
   }
 });
 
+/**
+ * A batch case for axpyRowsBatch / gemmRowsAcc: `rows` strided rows (garbage between them), 150
+ * of them picked in shuffled order, coefficients (nTok, ldc) and starting outputs, from `seed`.
+ */
+function rowsBatchCase(t: number, cols: number, seed: number) {
+  const rows = 200, stride = strideFor(t, cols), wOff = 64, nTok = 4, ldc = 160;
+  const { bytes } = makeWeights(t, rows, cols, seed + t);
+  const w = stridedWeights(t, bytes, rows, cols, wOff, stride, seed + 100 + t);
+  // 150 rows: two whole steps of 64 and a tail of 22 (groups of 8 and single rows)
+  const ids = randomIds(rows, 150, seed + 200 + t);
+  const coefs = Array.from({ length: nTok }, (_, i) => randF32(ldc, seed + 300 + t + i));
+  const out0 = Array.from({ length: nTok }, (_, i) => randF32(cols, seed + 400 + t + i));
+  return { rows, cols, stride, wOff, nTok, ldc, bytes, w, ids, idx: bufI32(ids), coefs, coef: bufF32(Float32Array.from(coefs.flatMap((v) => [...v]))), out0 };
+}
+
 describe("gemmRowsAcc (the prefill's down projection through OpenBLAS)", () => {
   for (const t of TYPES) {
-    it(`${NAME[t]}: 5 tokens × 150 strided rows == f64 reference; threads 1 == 2 bit-for-bit; NEURONPIPE_NO_BLAS=1 or no OpenBLAS: false, nothing done`, () => {
-      const rows = 200, cols = 4096 + 256 + 64, stride = strideFor(t, cols), wOff = 64, nTok = 5, ldc = 160;
-      const { bytes } = makeWeights(t, rows, cols, 7000 + t);
-      const w = stridedWeights(t, bytes, rows, cols, wOff, stride, 7100 + t);
-      const ids = randomIds(rows, 150, 7200 + t);
-      const idx = bufI32(ids);
-      const coefs = Array.from({ length: nTok }, (_, i) => randF32(ldc, 7300 + t + i));
-      const coef = bufF32(Float32Array.from(coefs.flatMap((v) => [...v])));
-      const out0 = Array.from({ length: nTok }, (_, i) => randF32(cols, 7400 + t + i));
+    it(`${NAME[t]}: a few tokens × 150 strided rows == f64 reference; threads 1 == 2 bit-for-bit; NEURONPIPE_NO_BLAS=1 or no OpenBLAS: false, nothing done`, () => {
+      // columns: 17 whole 256-column blocks and a partial one
+      const { rows, cols, stride, wOff, nTok, ldc, bytes, w, ids, idx, coefs, coef, out0 } = rowsBatchCase(t, 4096 + 256 + 64, 7000);
       const run = (threads: number) =>
         withThreads(threads, () => {
           const out = bufF32(Float32Array.from(out0.flatMap((v) => [...v])));
