@@ -196,9 +196,21 @@ function upDown(s: State, from: number, to: number): number[] {
  * from the pack (sparse/ffn/streamed.ts: sequential reads into half the staging while the other
  * half computes, GEMMs over the bundles).
  */
-function prefill(_n: NativeAddon, s: State, tokens: number[], pos0: number): { logits: number; reads: number } {
+function prefill(_n: NativeAddon, s: State, tokens: number[], pos0: number): Pick<ComputeResult, "logits" | "reads" | "chunks" | "readSpans"> {
   const { cfg, rs, kv } = s.init;
-  const before = s.streamed.stats.bytes;
-  const logits = forward(cfg, s.weights, rs, kv, tokens, pos0, { ffn: (layer, rs2, nTok) => s.streamed.run(layer, rs2, nTok) });
-  return { logits, reads: s.streamed.stats.bytes - before };
+  const st = s.streamed.stats;
+  const before = st.bytes;
+  const mark = st.spans.length;
+  const chunks: number[] = [];
+  s.streamed.onCompute = (layer, t0, t1, neurons) => chunks.push(t0, t1, layer, neurons);
+  s.streamed.recordSpans = true;
+  try {
+    const logits = forward(cfg, s.weights, rs, kv, tokens, pos0, { ffn: (layer, rs2, nTok) => s.streamed.run(layer, rs2, nTok) });
+    const readSpans = st.spans.slice(mark).flatMap((r) => [r.t0, r.t1, r.layer, r.bytes]);
+    st.spans.length = mark; // the trace has them now; a long-lived worker must not keep them all
+    return { logits, reads: st.bytes - before, chunks, readSpans };
+  } finally {
+    s.streamed.onCompute = undefined;
+    s.streamed.recordSpans = false;
+  }
 }

@@ -83,11 +83,15 @@ export class InlineDecoder implements Decoder {
     const mark = streamed.stats.spans.length;
     const t0 = nowUs();
     streamed.onCompute = (layer, a, b, neurons) => trace.span({ lane: "prefill", name: "prefill", t0: a, t1: b, token: -1, layer, neurons });
+    const keep = streamed.recordSpans;
+    streamed.recordSpans = true;
     try {
       return this.evaluate(ctx, tokens, pos0);
     } finally {
       streamed.onCompute = undefined;
+      streamed.recordSpans = keep;
       for (const r of streamed.stats.spans.slice(mark)) trace.span({ lane: "io", name: "read", t0: r.t0, t1: r.t1, token: -1, layer: r.layer, bytes: r.bytes, reads: 1, phase: "bundle" });
+      if (!keep) streamed.stats.spans.length = mark; // the trace has them
       trace.token({ index: -1, t0, t1: nowUs() });
     }
   }

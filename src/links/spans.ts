@@ -33,9 +33,15 @@ export function recordSpans(t: TraceRecorder, op: string, hint: SpanHint, r: Com
     case "logits":
       span("compute", "logits", r.t0, r.t1);
       break;
-    case "prefill":
-      span("prefill", "prefill", r.t0, r.t1);
+    case "prefill": {
+      // the streamed FFN's chunks on the prefill lane (the whole task if it did not say), its reads on the I/O lane
+      const c = r.chunks ?? [];
+      if (c.length === 0) span("prefill", "prefill", r.t0, r.t1);
+      for (let i = 0; i + 3 < c.length; i += 4) span("prefill", "prefill", c[i]!, c[i + 1]!, c[i + 2]!, { neurons: c[i + 3]! });
+      const rd = r.readSpans ?? [];
+      for (let i = 0; i + 3 < rd.length; i += 4) t.span({ lane: "io", name: "read", t0: rd[i]!, t1: rd[i + 1]!, token: hint.token, layer: rd[i + 2]!, bytes: rd[i + 3]!, reads: 1, phase: "bundle" });
       break;
+    }
   }
   if (r.front) front(r.front, L! + 1);
 }

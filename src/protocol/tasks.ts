@@ -96,6 +96,8 @@ export interface ComputeResult {
   nSilent?: number; // gate, ffn, front with gates: predicted neurons that did not fire
   logits?: number; // logits, prefill: offset of the logits in rs
   reads?: number; // prefill: bytes streamed
+  chunks?: number[]; // prefill: each chunk's GEMMs as [t0, t1, layer, neurons]… (µs)
+  readSpans?: number[]; // prefill: each read as [t0, t1, layer, bytes]… (µs; most ran in the background)
   cuts?: number[]; // a multi-step task's steps as [start, end] pairs (µs), one per span recorded
   front?: ComputeResult; // back or ffn with next: the next layer's front
 }

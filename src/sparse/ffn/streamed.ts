@@ -48,6 +48,8 @@ export class StreamedFfn {
   private pending?: { ticket: number; layer: number; start: number; slot: number };
   /** Called after each chunk's GEMMs with its interval (nowUs) and neurons (a trace's prefill lane). */
   onCompute?: (layer: number, t0: number, t1: number, neurons: number) => void;
+  /** Keep every read's interval in stats.spans (a trace takes them; off, nothing accumulates). */
+  recordSpans = false;
   private slot = 0; // the half the next read goes to
 
   constructor(
@@ -114,7 +116,7 @@ export class StreamedFfn {
       const t = performance.now();
       const r = native().readBatchWait(p.ticket);
       this.stats.waitUs += (performance.now() - t) * 1000;
-      this.stats.spans.push({ layer, t0: r.t0, t1: r.t1, bytes: r.bytes, background: true });
+      if (this.recordSpans) this.stats.spans.push({ layer, t0: r.t0, t1: r.t1, bytes: r.bytes, background: true });
       this.stats.readUs[layer]! += r.t1 - r.t0;
       return p.slot;
     }
@@ -127,7 +129,7 @@ export class StreamedFfn {
     const t1 = nowUs();
     this.stats.waitUs += t1 - t;
     this.stats.readUs[layer]! += t1 - t;
-    this.stats.spans.push({ layer, t0: t, t1, bytes: req[1]!, background: false });
+    if (this.recordSpans) this.stats.spans.push({ layer, t0: t, t1, bytes: req[1]!, background: false });
     return slot;
   }
 
