@@ -298,7 +298,8 @@ async function childNeuronpipe() {
         traces[i] = trace;
         let pipeline;
         if (trace) {
-          const st = traceStats(trace.records);
+          // decode steps only: a prompt's streamed prefill reads in the background too
+          const st = traceStats(trace.records.filter((x) => x.kind !== "span" || x.token !== -1));
           pipeline = { latencyMs: st.latencyMs, ioHiddenShare: st.ioHiddenShare, orchestrationShare: st.orchestrationShare, ioMs: st.ioUs / 1000, computeMs: st.computeUs / 1000 };
           const machine = cachedMachine();
           const budget = machine && tokenBudget(trace.records, machine);

@@ -213,8 +213,10 @@ describe("traces", () => {
       } finally {
         await closeModel(m);
       }
-      const st = traceStats(rec.records);
+      // decode only: the prompt's streamed prefill reads in the background in every mode
+      const st = traceStats(rec.records.filter((x) => x.kind !== "span" || x.token !== -1));
       const spans = rec.records.filter((x): x is SpanRecord => x.kind === "span");
+      expect(spans.some((s) => s.token === -1 && s.lane === "io" && s.phase === "bundle"), `${mode}: prefill reads traced`).toBe(true);
       // every decode step has attention, predictor and FFN spans for every layer, and reads
       for (const name of ["attention", "predict", "read"]) expect(spans.some((s) => s.name === name), `${mode} ${name}`).toBe(true);
       expect(rec.records.some((x) => x.kind === "actor")).toBe(true);
