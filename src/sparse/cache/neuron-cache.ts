@@ -49,6 +49,9 @@ export interface AheadDone {
   t1: number;
 }
 
+/** What settling returns when no batch was in flight (shared, empty). */
+const NONE_DONE: readonly AheadDone[] = Object.freeze([]) as readonly AheadDone[];
+
 const NONE = 0;
 const GATE = 1;
 const FULL = 2;
@@ -559,7 +562,8 @@ export class NeuronCache {
   }
 
   /** Wait for every batch of reads ahead in flight; returns what they were. Throws the first I/O error (after waiting for all). */
-  settle(): AheadDone[] {
+  settle(): readonly AheadDone[] {
+    if (this.ahead.length === 0) return NONE_DONE; // the common case, on every load: nothing allocated
     const done: AheadDone[] = [];
     let err: unknown;
     while (this.ahead.length) {
@@ -574,7 +578,8 @@ export class NeuronCache {
   }
 
   /** Wait for the batches in flight up to and including the one for `layer` (batches complete in the order they were issued). */
-  settleLayer(layer: number): AheadDone[] {
+  settleLayer(layer: number): readonly AheadDone[] {
+    if (this.ahead.length === 0) return NONE_DONE;
     const done: AheadDone[] = [];
     const i = this.ahead.findIndex((b) => b.layer === layer);
     for (let k = 0; k <= i; k++) done.push(this.settleOne());
