@@ -5,7 +5,7 @@
 // Tasks carry descriptors only (actors/protocol.ts) and run in arrival order, so the token
 // machine fixes the order in which the down columns accumulate; a task that needs reads waits
 // on the slot flags here (sparse/cache/slot-flags.ts), not in the scheduler.
-import { native, type NativeAddon } from "../src/native.js";
+import { native } from "../src/native.js";
 import { addFfnOutput, attentionBlock, checkBatch, embedTokens, ffnInput, forward, outputLogits } from "../src/model/forward.js";
 import type { Weights } from "../src/model/weights.js";
 import { createBundleScratch, FfnSteps, type TokenRows } from "../src/sparse/ffn/steps.js";
@@ -77,7 +77,6 @@ export default function compute(task: ComputeTask): ComputeResult {
   const s = state;
   if (!s || s.init.key !== task.key) throw new Error(`compute worker: not initialised for session ${task.key} (task ${task.op})`);
   const out: ComputeResult = { t0, t1: 0, tid };
-  const n = native();
   const { cfg, rs } = s.init;
   switch (task.op) {
     case "front":
@@ -124,7 +123,7 @@ export default function compute(task: ComputeTask): ComputeResult {
       out.logits = outputLogits(cfg, s.weights, rs, 1, false);
       break;
     case "prefill":
-      Object.assign(out, prefill(n, s, task.tokens, task.pos0));
+      Object.assign(out, prefill(s, task.tokens, task.pos0));
       break;
     default:
       throw new Error(`compute worker: unknown task ${(task as { op: string }).op}`);
@@ -196,21 +195,16 @@ function upDown(s: State, from: number, to: number): number[] {
  * from the pack (sparse/ffn/streamed.ts: sequential reads into half the staging while the other
  * half computes, GEMMs over the bundles).
  */
-function prefill(_n: NativeAddon, s: State, tokens: number[], pos0: number): Pick<ComputeResult, "logits" | "reads" | "chunks" | "readSpans"> {
+function prefill(s: State, tokens: number[], pos0: number): Pick<ComputeResult, "logits" | "reads" | "chunks" | "readSpans"> {
   const { cfg, rs, kv } = s.init;
-  const st = s.streamed.stats;
-  const before = st.bytes;
-  const mark = st.spans.length;
-  const chunks: number[] = [];
-  s.streamed.onCompute = (layer, t0, t1, neurons) => chunks.push(t0, t1, layer, neurons);
+  const before = s.streamed.stats.bytes;
   s.streamed.recordSpans = true;
   try {
     const logits = forward(cfg, s.weights, rs, kv, tokens, pos0, { ffn: (layer, rs2, nTok) => s.streamed.run(layer, rs2, nTok) });
-    const readSpans = st.spans.slice(mark).flatMap((r) => [r.t0, r.t1, r.layer, r.bytes]);
-    st.spans.length = mark; // the trace has them now; a long-lived worker must not keep them all
-    return { logits, reads: st.bytes - before, chunks, readSpans };
+    const { chunks, reads } = s.streamed.takeSpans();
+    return { logits, reads: s.streamed.stats.bytes - before, chunks, readSpans: reads };
   } finally {
-    s.streamed.onCompute = undefined;
     s.streamed.recordSpans = false;
+    s.streamed.takeSpans(); // a failed pass: nothing kept
   }
 }

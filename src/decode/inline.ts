@@ -23,6 +23,7 @@ import { createBundleScratch, FfnSteps } from "../sparse/ffn/steps.js";
 import { ffnScratchBytes } from "../sparse/ffn/layout.js";
 import { StreamedFfn } from "../sparse/ffn/streamed.js";
 import { nowUs, type TraceRecorder } from "../trace/recorder.js";
+import { recordPrefillSpans } from "../links/spans.js";
 import { allocContext, freeContext } from "./context.js";
 import type { ContextOptions, DecodeContext, Decoder } from "./decoder.js";
 import { TokenClock } from "./token-clock.js";
@@ -80,18 +81,14 @@ export class InlineDecoder implements Decoder {
     if (!trace || tokens.length < 2) return this.evaluate(ctx, tokens, pos0);
     // traced: the streamed FFN's GEMMs on the prefill lane, its reads on the I/O lane
     const streamed = this.streamedFfn();
-    const mark = streamed.stats.spans.length;
     const t0 = nowUs();
-    streamed.onCompute = (layer, a, b, neurons) => trace.span({ lane: "prefill", name: "prefill", t0: a, t1: b, token: -1, layer, neurons });
-    const keep = streamed.recordSpans;
     streamed.recordSpans = true;
     try {
       return this.evaluate(ctx, tokens, pos0);
     } finally {
-      streamed.onCompute = undefined;
-      streamed.recordSpans = keep;
-      for (const r of streamed.stats.spans.slice(mark)) trace.span({ lane: "io", name: "read", t0: r.t0, t1: r.t1, token: -1, layer: r.layer, bytes: r.bytes, reads: 1, phase: "bundle" });
-      if (!keep) streamed.stats.spans.length = mark; // the trace has them
+      streamed.recordSpans = false;
+      const { chunks, reads } = streamed.takeSpans();
+      recordPrefillSpans(trace, -1, chunks, reads);
       trace.token({ index: -1, t0, t1: nowUs() });
     }
   }
@@ -137,7 +134,6 @@ export class InlineDecoder implements Decoder {
   private streamedFfn(): StreamedFfn {
     if (this.streamed) return this.streamed;
     const { cache, plan, pack, ffn } = this.parts;
-    cache.settle(); // reads ahead land before their loader's staging neighbour is reused
     const { nFF, nEmbd } = pack.config;
     return (this.streamed = new StreamedFfn(ffn, {
       loader: cache.loader.id,

@@ -33,16 +33,20 @@ export function recordSpans(t: TraceRecorder, op: string, hint: SpanHint, r: Com
     case "logits":
       span("compute", "logits", r.t0, r.t1);
       break;
-    case "prefill": {
-      // the streamed FFN's chunks on the prefill lane (the whole task if it did not say), its reads on the I/O lane
-      const c = r.chunks ?? [];
-      if (c.length === 0) span("prefill", "prefill", r.t0, r.t1);
-      for (let i = 0; i + 3 < c.length; i += 4) span("prefill", "prefill", c[i]!, c[i + 1]!, c[i + 2]!, { neurons: c[i + 3]! });
-      const rd = r.readSpans ?? [];
-      for (let i = 0; i + 3 < rd.length; i += 4) t.span({ lane: "io", name: "read", t0: rd[i]!, t1: rd[i + 1]!, token: hint.token, layer: rd[i + 2]!, bytes: rd[i + 3]!, reads: 1, phase: "bundle" });
+    case "prefill":
+      // the whole task if it did not say how its FFN went
+      if (!r.chunks?.length) span("prefill", "prefill", r.t0, r.t1);
+      recordPrefillSpans(t, hint.token, r.chunks ?? [], r.readSpans ?? []);
       break;
-    }
   }
   if (r.front) front(r.front, L! + 1);
 }
 
+/**
+ * A streamed prefill's intervals (StreamedFfn.takeSpans) as spans: each chunk's GEMMs on the
+ * prefill lane, each read of its bundles on the I/O lane.
+ */
+export function recordPrefillSpans(t: TraceRecorder, token: number | undefined, chunks: readonly number[], reads: readonly number[]): void {
+  for (let i = 0; i + 3 < chunks.length; i += 4) t.span({ lane: "prefill", name: "prefill", t0: chunks[i]!, t1: chunks[i + 1]!, token, layer: chunks[i + 2]!, neurons: chunks[i + 3]! });
+  for (let i = 0; i + 3 < reads.length; i += 4) t.span({ lane: "io", name: "read", t0: reads[i]!, t1: reads[i + 1]!, token, layer: reads[i + 2]!, bytes: reads[i + 3]!, reads: 1, phase: "bundle" });
+}

@@ -1,7 +1,7 @@
 // The dense FFN of a pack for a batch of tokens (prefill), streamed from storage: every neuron of
 // a layer, no predictor, the pack's bundles read in large sequential direct-I/O reads into one of
-// two halves of a staging buffer while the other half is computed (bundleRange: GEMMs for gate
-// and up, the down rows accumulated for all tokens at once). The read of a layer's next chunk is
+// two halves of a staging buffer while the other half is computed (bundleRange: GEMMs for gate,
+// up and down). The read of a layer's next chunk is
 // in flight while this one computes, and the read of the next layer's first chunk while this
 // layer finishes and the next one runs its attention.
 //
@@ -36,8 +36,10 @@ export interface StreamedStats {
   /** Per layer, summed over runs: µs in the GEMMs, and µs the reads of its chunks took (in the background or not). */
   computeUs: number[];
   readUs: number[];
-  /** Every read's interval (µs, process.hrtime's clock: the trace's), per layer, for traces; `background` when it ran while the thread computed. */
+  /** With recordSpans: every read's interval (µs, process.hrtime's clock: the trace's), per layer; `background` when it ran while the thread computed. */
   spans: { layer: number; t0: number; t1: number; bytes: number; background: boolean }[];
+  /** With recordSpans: each chunk's GEMMs as [t0, t1, layer, neurons]… (µs). */
+  chunks: number[];
 }
 
 export class StreamedFfn {
@@ -46,9 +48,7 @@ export class StreamedFfn {
   readonly stats: StreamedStats;
   private readonly half: number;
   private pending?: { ticket: number; layer: number; start: number; slot: number };
-  /** Called after each chunk's GEMMs with its interval (nowUs) and neurons (a trace's prefill lane). */
-  onCompute?: (layer: number, t0: number, t1: number, neurons: number) => void;
-  /** Keep every read's interval in stats.spans (a trace takes them; off, nothing accumulates). */
+  /** Keep every read's and chunk's interval in stats.spans / stats.chunks for a trace (takeSpans); off, nothing accumulates. */
   recordSpans = false;
   private slot = 0; // the half the next read goes to
 
@@ -63,7 +63,7 @@ export class StreamedFfn {
     if (this.chunk < 1) throw new RangeError(`streamed FFN: a staging buffer of ${o.stagingBytes} bytes cannot hold two bundles of ${L.bundleBytes} bytes`);
     this.half = this.chunk * L.bundleBytes;
     const nLayer = o.layerOffsets.length;
-    this.stats = { bytes: 0, reads: 0, waitUs: 0, computeUs: new Array<number>(nLayer).fill(0), readUs: new Array<number>(nLayer).fill(0), spans: [] };
+    this.stats = { bytes: 0, reads: 0, waitUs: 0, computeUs: new Array<number>(nLayer).fill(0), readUs: new Array<number>(nLayer).fill(0), spans: [], chunks: [] };
   }
 
   /** Zero the statistics (a benchmark's measured runs). */
@@ -73,6 +73,15 @@ export class StreamedFfn {
     st.computeUs.fill(0);
     st.readUs.fill(0);
     st.spans.length = 0;
+    st.chunks.length = 0;
+  }
+
+  /** The recorded intervals as flat arrays — chunks [t0, t1, layer, neurons]…, reads [t0, t1, layer, bytes]… (what a worker posts back) — and forget them. */
+  takeSpans(): { chunks: number[]; reads: number[] } {
+    const st = this.stats;
+    const out = { chunks: st.chunks.splice(0), reads: st.spans.flatMap((r) => [r.t0, r.t1, r.layer, r.bytes]) };
+    st.spans.length = 0;
+    return out;
   }
 
   /** o (nTok rows) = the dense FFN of `layer` for xb (nTok rows) of the run state. */
@@ -96,7 +105,7 @@ export class StreamedFfn {
       bundleRange(L, this.o.staging, slot * this.half, m, rs, nTok, this.o.scratch);
       const t1 = nowUs();
       this.stats.computeUs[layer]! += t1 - t;
-      this.onCompute?.(layer, t, t1, m);
+      if (this.recordSpans) this.stats.chunks.push(t, t1, layer, m);
     }
   }
 
@@ -113,9 +122,9 @@ export class StreamedFfn {
     const p = this.pending;
     if (p && p.layer === layer && p.start === start) {
       this.pending = undefined;
-      const t = performance.now();
+      const t = nowUs();
       const r = native().readBatchWait(p.ticket);
-      this.stats.waitUs += (performance.now() - t) * 1000;
+      this.stats.waitUs += nowUs() - t;
       if (this.recordSpans) this.stats.spans.push({ layer, t0: r.t0, t1: r.t1, bytes: r.bytes, background: true });
       this.stats.readUs[layer]! += r.t1 - r.t0;
       return p.slot;
