@@ -181,7 +181,9 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
   const gateAll = pageRound(totalNeurons * gateRowBytes);
   let cacheBytes = budget - fixedNoTables - tableBytes(pack, 0, 0, C) - PAGE * 2;
   const udSlot = upDownSlotBytesOf(pack);
-  const pinFits = cacheBytes - gateAll >= minSlots * udSlot + tableBytes(pack, minSlots, 1, C);
+  // pinned gate rows, and `extra` bytes beside them, leave room for the smallest up+down cache
+  const pinnedFits = (extra: number) => cacheBytes - extra - gateAll >= minSlots * udSlot + tableBytes(pack, minSlots, 1, C);
+  const pinFits = pinnedFits(0);
   const wholeFits = fixedNoTables + tableBytes(pack, totalNeurons, totalNeurons / C, C) + pageRound(totalNeurons * fullSlot) <= budget;
   if (opts.pinGates === true && !pinFits) {
     throw new RangeError(
@@ -191,8 +193,7 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
   const gatesPinned = opts.pinGates === true || (opts.pinGates === "auto" && pinFits && !wholeFits && gateAll <= opts.pinGatesShare * cacheBytes);
   // reads ahead are worth their staging only when it is a small share of the up+down cache (and
   // the smallest up+down cache still fits beside it)
-  const aheadFits = cacheBytes - aheadIfPinned - gateAll >= minSlots * udSlot + tableBytes(pack, minSlots, 1, C);
-  const readAheadBytes = gatesPinned && aheadFits && aheadIfPinned <= opts.readAheadMaxShare * (cacheBytes - gateAll) ? aheadIfPinned : 0;
+  const readAheadBytes = gatesPinned && pinnedFits(aheadIfPinned) && aheadIfPinned <= opts.readAheadMaxShare * (cacheBytes - gateAll) ? aheadIfPinned : 0;
   fixed.staging += readAheadBytes;
   fixedNoTables += readAheadBytes;
   cacheBytes -= readAheadBytes;
