@@ -16,6 +16,21 @@
 
 namespace np {
 
+#ifdef NP_HAVE_OPENBLAS
+// May this call use OpenBLAS? Not on the scalar reference level, nor with NEURONPIPE_NO_BLAS=1
+// (the built-in kernels; tests cover both). OpenBLAS itself runs single-threaded: the callers
+// split work into fixed blocks on our pool, so results do not depend on the thread count.
+static bool blasUsable() {
+  const char* noBlas = std::getenv("NEURONPIPE_NO_BLAS");
+  if (getSimd() == SIMD_SCALAR || (noBlas && noBlas[0] == '1')) return false;
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  return once;
+}
+#endif
+
 // ---- CPU features / selection ----------------------------------------------------------
 
 CpuFeat cpuFeatures() {
@@ -335,13 +350,7 @@ void opAxpyRowsBatch(int type, const uint8_t* W, int64_t cols, const int32_t* id
 bool opGemmRowsAcc(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
                    int64_t ldc, int64_t nTok, float* out, size_t rowStride) {
 #ifdef NP_HAVE_OPENBLAS
-  const char* noBlas = std::getenv("NEURONPIPE_NO_BLAS");
-  if (getSimd() == SIMD_SCALAR || (noBlas && noBlas[0] == '1')) return false;
-  static const bool once = [] {
-    openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)once;
+  if (!blasUsable()) return false;
   const Kernels& k = K();
   const size_t rb = rowStride ? rowStride : rowBytesOf(type, cols);
   // FIXED blocks of kCols columns (a multiple of the quantisation block), each one sgemm call
@@ -392,13 +401,7 @@ void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const floa
   // single-threaded inside our pool on FIXED 64-row blocks: every block is one sgemm call
   // with the same arguments whatever the thread count, so results stay bit-identical.
   // NEURONPIPE_NO_BLAS=1 forces the built-in kernels (tests cover both).
-  const char* noBlas = std::getenv("NEURONPIPE_NO_BLAS");
-  if (type == T_F32 && nTok >= 4 && getSimd() != SIMD_SCALAR && !(noBlas && noBlas[0] == '1')) {
-    static const bool once = [] {
-      openblas_set_num_threads(1);
-      return true;
-    }();
-    (void)once;
+  if (type == T_F32 && nTok >= 4 && blasUsable()) {
     constexpr int64_t kBlasRows = 64;
     const int64_t lda = (int64_t)(ab / 4);  // prepared activations are copies, ab bytes apart
     const float* Xc = acts[0].f;
