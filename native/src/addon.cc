@@ -323,18 +323,8 @@ Napi::Value CopyBatch(const Napi::CallbackInfo& info) {
   if (!s) c.rangeErr("src buffer " + std::to_string(sId) + " is not a live buffer");
   if (d->kind == np::BufKind::Mapped) c.rangeErr("dst buffer " + std::to_string(dId) + " is a read-only file mapping");
   const double* r = a.Data();
-  auto whole = [](double v) { return std::isfinite(v) && v >= 0 && v == std::floor(v) && v <= 9007199254740991.0; };
-  for (size_t i = 0; i < n; i++) {
-    const double dOff = r[3 * i], sOff = r[3 * i + 1], len = r[3 * i + 2];
-    if (!whole(dOff) || !whole(sOff) || !whole(len))
-      c.rangeErr("request " + std::to_string(i) + ": offsets and length must be whole numbers >= 0");
-    if (dOff + len > (double)d->size)
-      c.rangeErr("request " + std::to_string(i) + ": dst range [" + Ctx::fmt(dOff) + ", " + Ctx::fmt(dOff + len) +
-                 ") outside buffer of " + std::to_string(d->size) + " bytes");
-    if (sOff + len > (double)s->size)
-      c.rangeErr("request " + std::to_string(i) + ": src range [" + Ctx::fmt(sOff) + ", " + Ctx::fmt(sOff + len) +
-                 ") outside buffer of " + std::to_string(s->size) + " bytes");
-  }
+  const std::string bad = np::copiesError(r, n, d->size, s->size, "request");
+  if (!bad.empty()) c.rangeErr(bad);
   for (size_t i = 0; i < n; i++)
     if (r[3 * i + 2] > 0) std::memmove(d->ptr + (size_t)r[3 * i], s->ptr + (size_t)r[3 * i + 1], (size_t)r[3 * i + 2]);
   return Undef(info);

@@ -49,4 +49,23 @@ struct BindCtx {
   }
 };
 
+/**
+ * Copies [dstOffset, srcOffset, length]… (n of them) checked against a destination and a source
+ * buffer of the given sizes: "" when all are whole, non-negative and in bounds, else the first
+ * problem, as "<item> i: …" (copyBatch names them requests, readBatchStart copies).
+ */
+inline std::string copiesError(const double* r, size_t n, size_t dstSize, size_t srcSize, const char* item) {
+  auto whole = [](double v) { return std::isfinite(v) && v >= 0 && v == std::floor(v) && v <= 9007199254740991.0; };
+  for (size_t i = 0; i < n; i++) {
+    const double dOff = r[3 * i], sOff = r[3 * i + 1], len = r[3 * i + 2];
+    const std::string at = std::string(item) + " " + std::to_string(i) + ": ";
+    if (!whole(dOff) || !whole(sOff) || !whole(len)) return at + "offsets and length must be whole numbers >= 0";
+    if (dOff + len > (double)dstSize)
+      return at + "dst range [" + BindCtx::fmt(dOff) + ", " + BindCtx::fmt(dOff + len) + ") outside buffer of " + std::to_string(dstSize) + " bytes";
+    if (sOff + len > (double)srcSize)
+      return at + "src range [" + BindCtx::fmt(sOff) + ", " + BindCtx::fmt(sOff + len) + ") outside buffer of " + std::to_string(srcSize) + " bytes";
+  }
+  return "";
+}
+
 }  // namespace np

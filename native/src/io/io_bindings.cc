@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "io/async_reads.h"
+#include "bind_ctx.h"
 #include "io/loader.h"
 #include "registry.h"
 
@@ -196,19 +197,10 @@ Napi::Value ReadBatchStart(const Napi::CallbackInfo& info) {
   Napi::Float64Array c = info[4].As<Napi::Float64Array>();
   if (c.ElementLength() % 3 != 0) rangeErr(env, fn, "copies length " + std::to_string(c.ElementLength()) + " is not a multiple of 3");
   const double* r = c.Data();
-  auto whole = [](double v) { return std::isfinite(v) && v >= 0 && v == std::floor(v) && v <= 9007199254740991.0; };
-  for (size_t i = 0; i < c.ElementLength() / 3; i++) {
-    const double dOff = r[3 * i], sOff = r[3 * i + 1], len = r[3 * i + 2];
-    if (!whole(dOff) || !whole(sOff) || !whole(len))
-      rangeErr(env, fn, "copy " + std::to_string(i) + ": offsets and length must be whole numbers >= 0");
-    if (dOff + len > (double)dst->size)
-      rangeErr(env, fn, "copy " + std::to_string(i) + ": dst range [" + fmt(dOff) + ", " + fmt(dOff + len) + ") outside buffer of " +
-                            std::to_string(dst->size) + " bytes");
-    if (sOff + len > (double)src->size)
-      rangeErr(env, fn, "copy " + std::to_string(i) + ": src range [" + fmt(sOff) + ", " + fmt(sOff + len) + ") outside buffer of " +
-                            std::to_string(src->size) + " bytes");
-    job.copies.push_back({dst->ptr + (size_t)dOff, src->ptr + (size_t)sOff, (size_t)len});
-  }
+  const size_t nCopies = c.ElementLength() / 3;
+  const std::string bad = copiesError(r, nCopies, dst->size, src->size, "copy");
+  if (!bad.empty()) rangeErr(env, fn, bad);
+  for (size_t i = 0; i < nCopies; i++) job.copies.push_back({dst->ptr + (size_t)r[3 * i], src->ptr + (size_t)r[3 * i + 1], (size_t)r[3 * i + 2]});
   job.loader = l;
   for (auto& [id, b] : bufs) job.keep.push_back(b);
   job.keep.push_back(dst);
