@@ -184,7 +184,7 @@ const get = (id, n) => results.find((r) => r.id === id)?.lengths[n]?.tokensPerSe
 const rows = [];
 for (const n of lengths) {
   const r = (a, b) => (get(a, n) && get(b, n) ? (get(a, n) / get(b, n)).toFixed(2) + "×" : "—");
-  rows.push(`| ${n} | ${lengths.length ? results.map((x) => (x.lengths[n]?.tokensPerSecond ?? 0).toFixed(2)).join(" | ") : ""} | ${r("dense", "llama-prebuilt")} | ${r("streamed", "streamed-resident")} | ${r("streamed", "dense")} | ${r("streamed", "token-at-a-time")} | ${r("streamed", "llama-norepack-limited")} |`);
+  rows.push(`| ${n} | ${results.map((x) => (x.lengths[n]?.tokensPerSecond ?? 0).toFixed(2)).join(" | ")} | ${r("dense", "llama-prebuilt")} | ${r("streamed", "streamed-resident")} | ${r("streamed", "dense")} | ${r("streamed", "token-at-a-time")} | ${r("streamed", "llama-norepack-limited")} |`);
 }
 const table = [
   `| prompt tokens | ${results.map((x) => x.id).join(" | ")} | dense ÷ llama.cpp | streamed 50% ÷ resident | streamed 50% ÷ dense | streamed 50% ÷ token at a time | streamed 50% ÷ llama.cpp in the cgroup |`,
