@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   N, GGMLType, bufF32, bufI32, bufBytes, readF32, freeAll, randF32, rowBytes, quantizeRowTS, dequantRowTS,
-  effectiveX, dot64, expectClose, f16ToF32, f32ToF16, makeWeights, fr,
+  effectiveX, dot64, expectClose, f16ToF32, f32ToF16, makeWeights, fr, supportedLevels, withLevel,
 } from "./helpers.js";
 
 const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.Q8_0, GGMLType.Q4_0] as const;
@@ -140,6 +140,19 @@ describe("matrix kernels vs TS reference (scalar path)", () => {
       for (let tk = 0; tk < nTok; tk++) {
         const ref = refMatvec(t, bytes, rows, cols, xs.subarray(tk * cols, (tk + 1) * cols), [...Array(rows).keys()]);
         expectClose(got.subarray(tk * rows, (tk + 1) * rows), ref.v, ref.mag, DOT_TOL, `matmul ${NAME[t]} tok ${tk}`);
+      }
+    });
+    // Shapes that cross the SIMD matmul's tiles: 2 full 16-row panels + 5 rows, tokens 8 + 8 + 2 + 1.
+    it.each(supportedLevels())(`matmul ${NAME[t]} 37 rows x 19 tokens on %s`, (level) => {
+      const r = 37, nTok = 19, c = 32 * 11;
+      const { id, bytes } = makeWeights(t, r, c, 125 + t);
+      const xs = randF32(nTok * c, 225 + t);
+      const x = bufF32(xs), y = bufBytes(nTok * r * 4);
+      withLevel(level, () => N.matmul(t, id, 0, r, c, x, 0, nTok, y, 0));
+      const got = readF32(y, nTok * r);
+      for (let tk = 0; tk < nTok; tk++) {
+        const ref = refMatvec(t, bytes, r, c, xs.subarray(tk * c, (tk + 1) * c), [...Array(r).keys()]);
+        expectClose(got.subarray(tk * r, (tk + 1) * r), ref.v, ref.mag, DOT_TOL, `matmul ${NAME[t]} ${level} tok ${tk}`);
       }
     });
     it(`axpyRows ${NAME[t]}`, () => {

@@ -1,8 +1,8 @@
 // AVX-512 kernels (F, BW, VL, VNNI; compiled with -mavx512f -mavx512bw -mavx512vl
 // -mavx512vnni -mavx2 -mfma -mf16c; only called when the CPU has all of them).
 //
-// Zen 4 executes 512-bit ops as two 256-bit halves, so the quantised dot products work on
-// one 32-element block per 256-bit register with VNNI (vpdpbusd on ymm, AVX512VL):
+// The quantised dot products (decode, memory-bound) work on one 32-element block per 256-bit
+// register with VNNI (vpdpbusd on ymm, AVX512VL; Zen 4 splits 512-bit ops in two halves):
 //   Q4_0: unsigned nibbles (0..15) x signed Q8 activation, minus 8·Σx folded into the
 //         accumulator's initial value (corr4 = -Σx broadcast to 8 lanes = -8·Σx in total);
 //   Q8_0: (w ^ 0x80) = w + 128 unsigned x signed activation, minus 128·Σx (corr8 = -16·Σx per lane).
@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels.h"
 
@@ -425,8 +427,277 @@ inline void tileRowGroup(int type, const uint8_t* const* rows, int64_t cols, con
   }
 }
 
+// ---- Q4_0 / Q8_0 matmul on repacked 16-row panels ---------------------------------------
+//
+// One 512-bit vpdpbusd per 4 columns of 16 rows: lane r of the weight vector holds 4 bytes of
+// row r, the activation's 4 bytes come in as an embedded broadcast, so after 8 of them each lane
+// holds the exact integer dot of its row's 32-element block. Then one convert and one FMA per
+// (16 rows, token, block) apply the scales (dw·dx) -- against three float ops per 32 MACs when
+// the lanes split one row's block.
+// Weights are unsigned: Q4_0 its nibble (0..15), Q8_0 q + 128; the accumulator starts at
+// -8·Σx or -128·Σx of the block to cancel the offset (integer, exact).
+// A panel is repacked per call from the row-major blocks (16 rows x 32 bytes per block, then
+// transposed by dword), used by every token, so the repack is paid once per 16 rows.
+// Per output element: Σ over blocks in order of fma(float(int dot), dw·dx, acc) -- the same
+// whatever the row or token ranges (deterministic across threads).
+
+constexpr int kPanelRows = 16;
+constexpr size_t kPanelBlock = 512 + 64;  // 8 x 64 bytes (dword-transposed), 16 fp32 scales
+
+// Index vectors of the 3-stage 16x8 dword transpose (vpermt2d): stage s output j takes its 16
+// dwords from two stage s-1 vectors. Built once by searching where each (row, k) sits.
+struct TransposeIdx {
+  __m512i idx[3][8];
+  int src[3][8][2];
+  TransposeIdx() {
+    // layout[v][p] = row * 8 + k of dword p of vector v
+    int cur[8][16], next[8][16];
+    for (int i = 0; i < 8; i++)
+      for (int p = 0; p < 16; p++) cur[i][p] = (2 * i + p / 8) * 8 + p % 8;
+    for (int s = 0; s < 3; s++) {
+      for (int j = 0; j < 8; j++)
+        for (int q = 0; q < 16; q++) {
+          int r, k;
+          if (s == 0) { r = 4 * (j >> 1) + q / 4; k = 4 * (j & 1) + q % 4; }       // 4 rows x 4 k
+          else if (s == 1) { r = 8 * (j >> 2) + q / 2; k = 2 * (j & 3) + q % 2; }  // 8 rows x 2 k
+          else { r = q; k = j; }                                                  // 16 rows x 1 k
+          next[j][q] = r * 8 + k;
+        }
+      for (int j = 0; j < 8; j++) {
+        int a = -1, b = -1;
+        alignas(64) int32_t ix[16];
+        for (int q = 0; q < 16; q++) {
+          int v = -1, pos = -1;
+          for (int i = 0; i < 8 && v < 0; i++)
+            for (int p = 0; p < 16; p++)
+              if (cur[i][p] == next[j][q]) { v = i; pos = p; break; }
+          if (a < 0 || a == v) { a = v; ix[q] = pos; }
+          else { if (b < 0) b = v; ix[q] = 16 + pos; }
+        }
+        src[s][j][0] = a;
+        src[s][j][1] = b < 0 ? a : b;
+        idx[s][j] = _mm512_load_si512(ix);
+      }
+      std::memcpy(cur, next, sizeof cur);
+    }
+  }
+};
+
+inline void transpose16x8(const uint8_t* in, uint8_t* out) {
+  static const TransposeIdx T;
+  __m512i v[8], u[8];
+  for (int i = 0; i < 8; i++) v[i] = _mm512_load_si512(in + 64 * i);
+  for (int s = 0; s < 3; s++) {
+    for (int j = 0; j < 8; j++) u[j] = _mm512_permutex2var_epi32(v[T.src[s][j][0]], T.idx[s][j], v[T.src[s][j][1]]);
+    for (int j = 0; j < 8; j++) v[j] = u[j];
+  }
+  for (int j = 0; j < 8; j++) _mm512_store_si512(out + 64 * j, v[j]);
+}
+
+// Rows r0 .. r0+n-1 (n <= 16; the rest zero) into `panel` (nb x kPanelBlock bytes, 64-aligned).
+void repackPanel(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int n, int64_t nb, uint8_t* panel) {
+  alignas(64) uint8_t tmp[512];
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m256i flip = _mm256_set1_epi8((char)0x80);
+  for (int64_t b = 0; b < nb; b++) {
+    uint8_t* pb = panel + (size_t)b * kPanelBlock;
+    float* sc = reinterpret_cast<float*>(pb + 512);
+    for (int r = 0; r < kPanelRows; r++) {
+      uint8_t* t = tmp + 32 * r;
+      if (r >= n) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t), _mm256_setzero_si256());
+        sc[r] = 0.0f;
+        continue;
+      }
+      const uint8_t* row = W + (size_t)(r0 + r) * rowBytes;
+      if (type == T_Q4_0) {
+        const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+        _mm_store_si128(reinterpret_cast<__m128i*>(t), _mm_and_si128(q, m4));
+        _mm_store_si128(reinterpret_cast<__m128i*>(t + 16), _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+        sc[r] = fp16ToF32(blk->d);
+      } else {
+        const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t), _mm256_xor_si256(q, flip));
+        sc[r] = fp16ToF32(blk->d);
+      }
+    }
+    transpose16x8(tmp, pb);
+  }
+}
+
+inline int32_t load4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// TT tokens x 16 rows of one panel: Y[t * ldy + lane] for lanes in `m` (Acc: added to what is there,
+// as the first term of the sum).
+template <int TT, bool Acc = false>
+inline void panelTile(const uint8_t* panel, int64_t nb, const Act* xs, int32_t corrMul, float* Y, int64_t ldy,
+                      __mmask16 m) {
+  const int8_t* xq[TT];
+  #pragma GCC unroll 16
+  for (int t = 0; t < TT; t++) xq[t] = xs[t].qs;
+  __m512 acc[TT];
+  #pragma GCC unroll 16
+  for (int t = 0; t < TT; t++) acc[t] = Acc ? _mm512_maskz_loadu_ps(m, Y + t * ldy) : _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t* pb = panel + (size_t)b * kPanelBlock;
+    __m512i s[TT];
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) s[t] = _mm512_set1_epi32(-corrMul * xs[t].sum[b]);
+    #pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+      const __m512i w = _mm512_load_si512(pb + 64 * k);
+      #pragma GCC unroll 16
+      for (int t = 0; t < TT; t++) s[t] = _mm512_dpbusd_epi32(s[t], w, _mm512_set1_epi32(load4(xq[t] + b * QK + 4 * k)));
+    }
+    const __m512 dw = _mm512_load_ps(reinterpret_cast<const float*>(pb + 512));
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xs[t].d[b])), acc[t]);
+  }
+  #pragma GCC unroll 16
+  for (int t = 0; t < TT; t++) _mm512_mask_storeu_ps(Y + t * ldy, m, acc[t]);
+}
+
+struct PanelBuf {
+  uint8_t* p = nullptr;
+  size_t cap = 0;
+  ~PanelBuf() { std::free(p); }
+  uint8_t* get(size_t n) {
+    if (n > cap) {
+      std::free(p);
+      p = static_cast<uint8_t*>(std::aligned_alloc(64, (n + 63) / 64 * 64));
+      cap = p ? n : 0;
+    }
+    return p;
+  }
+};
+thread_local PanelBuf t_panel;
+
+void matmulPanels(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int64_t r1, int64_t cols, const Act* xs,
+                  int64_t t0, int64_t t1, float* Y, int64_t ldy) {
+  const int64_t nb = cols / QK;
+  const int32_t corrMul = type == T_Q4_0 ? 8 : 128;
+  uint8_t* panel = t_panel.get((size_t)nb * kPanelBlock);
+  if (!panel) std::abort();  // out of memory for 16 rows of repacked weights
+  for (int64_t r = r0; r < r1; r += kPanelRows) {
+    const int n = (int)std::min<int64_t>(kPanelRows, r1 - r);
+    repackPanel(type, W, rowBytes, r, n, nb, panel);
+    const __mmask16 m = tailMask16(n);
+    int64_t t = t0;
+    for (; t + 8 <= t1; t += 8) panelTile<8>(panel, nb, xs + t, corrMul, Y + t * ldy + r, ldy, m);
+    if (t + 4 <= t1) { panelTile<4>(panel, nb, xs + t, corrMul, Y + t * ldy + r, ldy, m); t += 4; }
+    if (t + 2 <= t1) { panelTile<2>(panel, nb, xs + t, corrMul, Y + t * ldy + r, ldy, m); t += 2; }
+    if (t < t1) panelTile<1>(panel, nb, xs + t, corrMul, Y + t * ldy + r, ldy, m);
+  }
+}
+
+// ---- matmulTAcc (kernels.h): rows are the reduction; panels requantised per 32-row group ---
+
+// 16 values of row `row` at columns c..c+15 (lanes past `m` zero), as f32.
+inline __m512 weights16(int type, const uint8_t* row, int64_t c, __mmask16 m) {
+  switch (type) {
+    case T_Q4_0: {
+      const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + c / QK;
+      __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
+      if (c % QK) q = _mm_srli_epi16(q, 4);  // elements 16..31: the high nibbles
+      const __m512i i = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(q, _mm_set1_epi8(0x0F))), _mm512_set1_epi32(8));
+      return _mm512_mul_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(fp16ToF32(blk->d)));
+    }
+    case T_Q8_0: {
+      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + c / QK;
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs + c % QK));
+      return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(fp16ToF32(blk->d)));
+    }
+    case T_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * c));
+    default: return _mm512_maskz_loadu_ps(m, row + 4 * c);
+  }
+}
+
+// Columns c..c+15 of rows [0, nRows) into a panel (kPanelBlock per 32-row group): lane = column,
+// dword k of a lane = rows 4k..4k+3 of the group as unsigned bytes (q + 128), then the 16 scales.
+void repackPanelT(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int64_t c, __mmask16 m, uint8_t* panel) {
+  const int64_t nG = (nRows + QK - 1) / QK;
+  const __m128i flip = _mm_set1_epi8((char)0x80);
+  for (int64_t g = 0; g < nG; g++) {
+    __m512 v[QK];
+    __m512 amax = _mm512_setzero_ps();
+    for (int j = 0; j < QK; j++) {
+      const int64_t n = g * QK + j;
+      v[j] = n < nRows ? weights16(type, W + (size_t)n * rowBytes, c, m) : _mm512_setzero_ps();
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(v[j]));
+    }
+    uint8_t* pb = panel + (size_t)g * kPanelBlock;
+    _mm512_store_ps(reinterpret_cast<float*>(pb + 512), _mm512_div_ps(amax, _mm512_set1_ps(127.0f)));
+    const __mmask16 nz = _mm512_cmpneq_ps_mask(amax, _mm512_setzero_ps());
+    const __m512 inv = _mm512_maskz_div_ps(nz, _mm512_set1_ps(127.0f), amax);
+    __m128i q[QK];
+    for (int j = 0; j < QK; j++) {
+      const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v[j], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      q[j] = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r));
+    }
+    // 4 rows x 16 columns of bytes -> 16 dwords (one per column): two rounds of unpacks
+    for (int k = 0; k < 8; k++) {
+      const __m128i a = _mm_unpacklo_epi8(q[4 * k], q[4 * k + 1]), a2 = _mm_unpackhi_epi8(q[4 * k], q[4 * k + 1]);
+      const __m128i b = _mm_unpacklo_epi8(q[4 * k + 2], q[4 * k + 3]), b2 = _mm_unpackhi_epi8(q[4 * k + 2], q[4 * k + 3]);
+      __m128i* out = reinterpret_cast<__m128i*>(pb + 64 * k);
+      _mm_store_si128(out + 0, _mm_xor_si128(_mm_unpacklo_epi16(a, b), flip));
+      _mm_store_si128(out + 1, _mm_xor_si128(_mm_unpackhi_epi16(a, b), flip));
+      _mm_store_si128(out + 2, _mm_xor_si128(_mm_unpacklo_epi16(a2, b2), flip));
+      _mm_store_si128(out + 3, _mm_xor_si128(_mm_unpackhi_epi16(a2, b2), flip));
+    }
+  }
+}
+
+// F32/F16: TT tokens x 16 columns, rows ascending, f32 FMAs.
+template <int TT>
+inline void floatTileT(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int64_t c, __mmask16 m,
+                       const Act* xs, float* O, int64_t ldo) {
+  __m512 acc[TT];
+  #pragma GCC unroll 16
+  for (int t = 0; t < TT; t++) acc[t] = _mm512_maskz_loadu_ps(m, O + t * ldo + c);
+  for (int64_t n = 0; n < nRows; n++) {
+    const __m512 w = weights16(type, W + (size_t)n * rowBytes, c, m);
+    #pragma GCC unroll 16
+    for (int t = 0; t < TT; t++) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(xs[t].f[n]), w, acc[t]);
+  }
+  #pragma GCC unroll 16
+  for (int t = 0; t < TT; t++) _mm512_mask_storeu_ps(O + t * ldo + c, m, acc[t]);
+}
+
+void matmulTAcc(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int64_t c0, int64_t c1, const Act* xs,
+                int64_t nTok, float* O, int64_t ldo) {
+  if (!typeQuantized(type)) {
+    for (int64_t c = c0; c < c1; c += kPanelRows) {
+      const __mmask16 m = tailMask16(std::min<int64_t>(kPanelRows, c1 - c));
+      int64_t t = 0;
+      for (; t + 8 <= nTok; t += 8) floatTileT<8>(type, W, rowBytes, nRows, c, m, xs + t, O + t * ldo, ldo);
+      for (; t < nTok; t++) floatTileT<1>(type, W, rowBytes, nRows, c, m, xs + t, O + t * ldo, ldo);
+    }
+    return;
+  }
+  const int64_t nG = (nRows + QK - 1) / QK;
+  uint8_t* panel = t_panel.get((size_t)nG * kPanelBlock);
+  if (!panel) std::abort();  // out of memory for one panel
+  for (int64_t c = c0; c < c1; c += kPanelRows) {
+    const __mmask16 m = tailMask16(std::min<int64_t>(kPanelRows, c1 - c));
+    repackPanelT(type, W, rowBytes, nRows, c, m, panel);
+    int64_t t = 0;
+    for (; t + 8 <= nTok; t += 8) panelTile<8, true>(panel, nG, xs + t, 128, O + t * ldo + c, ldo, m);
+    if (t + 4 <= nTok) { panelTile<4, true>(panel, nG, xs + t, 128, O + t * ldo + c, ldo, m); t += 4; }
+    if (t + 2 <= nTok) { panelTile<2, true>(panel, nG, xs + t, 128, O + t * ldo + c, ldo, m); t += 2; }
+    if (t < nTok) panelTile<1, true>(panel, nG, xs + t, 128, O + t * ldo + c, ldo, m);
+  }
+}
+
 void matmul(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int64_t r1, int64_t cols, const Act* xs,
             int64_t t0, int64_t t1, float* Y, int64_t ldy) {
+  if (typeQuantized(type)) return matmulPanels(type, W, rowBytes, r0, r1, cols, xs, t0, t1, Y, ldy);
   // Token blocks outer so the (small) weight chunk stays in cache while activations stream.
   constexpr int64_t kTokBlock = 16;
   for (int64_t tb = t0; tb < t1; tb += kTokBlock) {
@@ -718,6 +989,7 @@ const Kernels& kernelsAvx512() {
     t.rmsnorm = rmsnorm;
     t.gated = gated;
     t.add = add;
+    t.matmulTAcc = matmulTAcc;
     // softmax, dequantRow: scalar (exp-bound / not hot).
     return t;
   }();
