@@ -108,21 +108,16 @@ export interface NativeAddon {
   matvecRows(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, x: number, xOff: number, y: number, yOff: number, rowStride?: number): void;
   /** out[c] += Σ_k coef[k] · W[idx[k], c], k in ascending order (down projection stored one row per neuron). rowStride as matvecRows. */
   axpyRows(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, coef: number, coefOff: number, out: number, outOff: number, rowStride?: number): void;
-  /** Y[t, r] = W[r,:] · X[t,:] for t < nTok: X is (nTok, cols), Y is (nTok, rows). */
   /** y (nTok, rows) = x (nTok, cols) · W^T; rowStride: bytes between rows (default packed). */
   matmul(type: number, w: number, wOff: number, rows: number, cols: number, x: number, xOff: number, nTok: number, y: number, yOff: number, rowStride?: number): void;
   /**
-   * out (nTok, cols) += coef (nTok, ldc)[:, :nIdx] · W[idx]: axpyRows for nTok tokens at once, each
-   * token's output bit-identical to axpyRows with its coefficients (rows read once for all tokens).
+   * out (nTok, cols) += h (nTok, ldh)[:, :rows] · W (rows, cols): the rows are the reduction (a
+   * pack's neuron-major down columns). Each 32 rows are requantised per column to int8 and h to
+   * Q8_0, int8 dot products (VNNI); sums run over the rows in groups of 32 in order after what out
+   * holds, so calls over consecutive row ranges (multiples of 32) give the bits of one call, at
+   * every SIMD level and thread count.
    */
-  axpyRowsBatch(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, coef: number, coefOff: number, ldc: number, nTok: number, out: number, outOff: number, rowStride?: number): void;
-  /**
-   * The same sum as axpyRowsBatch through OpenBLAS sgemm on rows dequantised to f32, in fixed
-   * blocks of 256 columns (deterministic for any thread count; not bit-identical to
-   * axpyRowsBatch). Returns false and does nothing without OpenBLAS, on the scalar SIMD level, or
-   * with NEURONPIPE_NO_BLAS=1: the caller then runs axpyRowsBatch.
-   */
-  gemmRowsAcc(type: number, w: number, wOff: number, rows: number, cols: number, idx: number, idxOff: number, nIdx: number, coef: number, coefOff: number, ldc: number, nTok: number, out: number, outOff: number, rowStride?: number): boolean;
+  matmulTAcc(type: number, w: number, wOff: number, rows: number, cols: number, h: number, hOff: number, ldh: number, nTok: number, out: number, outOff: number, rowStride?: number): void;
   /** out[t] = x[t] / rms(x[t]) * weight, for nTok rows of n (weight f32). */
   rmsnorm(x: number, xOff: number, weight: number, weightOff: number, n: number, nTok: number, eps: number, out: number, outOff: number): void;
   /** In-place rotary embedding of (nTok, nHeads, headDim) at positions pos0 + t; first ropeDim dims rotated. neox: pairs (i, i+ropeDim/2), else (2i, 2i+1). */

@@ -526,47 +526,22 @@ Napi::Value Matmul(const Napi::CallbackInfo& info) {
   return Undef(info);
 }
 
-// The arguments of axpyRowsBatch and gemmRowsAcc:
-// (type, w, wOff, rows, cols, idx, idxOff, nIdx, coef, coefOff, ldc, nTok, out, outOff, rowStride?)
-// out (nTok, cols) += coef (nTok, ldc)[:, :nIdx] · W[idx]
-struct RowsBatch {
-  int type;
-  const uint8_t* w;
-  int64_t cols, nIdx, ldc, nTok;
-  const int32_t* idx;
-  const float* coef;
-  float* out;
-  size_t stride;
-};
-
-RowsBatch rowsBatchArgs(Ctx& c) {
-  c.argc(14);
+// (type, w, wOff, rows, cols, h, hOff, ldh, nTok, out, outOff, rowStride?):
+// out (nTok, cols) += h (nTok, ldh)[:, :rows] · W (rows, cols)
+Napi::Value MatmulTAcc(const Napi::CallbackInfo& info) {
+  Ctx c{info, "matmulTAcc", {}};
+  c.argc(11);
   const int t = c.type(0, "type");
   const int64_t wOff = c.idx(2, "wOff"), rows = c.idx(3, "rows"), cols = c.idx(4, "cols");
-  const int64_t idxOff = c.idx(6, "idxOff"), nIdx = c.idx(7, "nIdx"), cOff = c.idx(9, "coefOff"), ldc = c.idx(10, "ldc"),
-                nTok = c.idx(11, "nTok"), oOff = c.idx(13, "outOff");
+  const int64_t hOff = c.idx(6, "hOff"), ldh = c.idx(7, "ldh"), nTok = c.idx(8, "nTok"), oOff = c.idx(10, "outOff");
   c.colsFit(t, cols);
-  if (ldc < nIdx) c.rangeErr("ldc " + std::to_string(ldc) + " is less than nIdx " + std::to_string(nIdx));
-  const size_t stride = rowStrideArg(c, 14, t, cols);
+  if (ldh < rows) c.rangeErr("ldh " + std::to_string(ldh) + " is less than rows " + std::to_string(rows));
+  const size_t stride = rowStrideArg(c, 11, t, cols);
   const uint8_t* w = c.span(1, "weight", wOff, stridedBytes(rows, stride, t, cols), elemAlign(t));
-  const int32_t* idx = checkedIdx(c, 5, idxOff, nIdx, rows);
-  const float* coef = (const float*)c.span(8, "coef", cOff, nTok == 0 ? 0.0 : ((double)(nTok - 1) * ldc + nIdx) * 4, 4);
-  float* out = (float*)c.span(12, "out", oOff, (double)nTok * cols * 4, 4);
-  return {t, w, cols, nIdx, ldc, nTok, idx, coef, out, stride};
-}
-
-Napi::Value AxpyRowsBatch(const Napi::CallbackInfo& info) {
-  Ctx c{info, "axpyRowsBatch", {}};
-  const RowsBatch a = rowsBatchArgs(c);
-  np::opAxpyRowsBatch(a.type, a.w, a.cols, a.idx, a.nIdx, a.coef, a.ldc, a.nTok, a.out, a.stride);
+  const float* h = (const float*)c.span(5, "h", hOff, nTok == 0 ? 0.0 : ((double)(nTok - 1) * ldh + rows) * 4, 4);
+  float* out = (float*)c.span(9, "out", oOff, (double)nTok * cols * 4, 4);
+  np::opMatmulTAcc(t, w, rows, cols, h, ldh, nTok, out, stride);
   return Undef(info);
-}
-
-// -> false when OpenBLAS is not used (nothing done: the caller runs axpyRowsBatch)
-Napi::Value GemmRowsAcc(const Napi::CallbackInfo& info) {
-  Ctx c{info, "gemmRowsAcc", {}};
-  const RowsBatch a = rowsBatchArgs(c);
-  return Napi::Boolean::New(info.Env(), np::opGemmRowsAcc(a.type, a.w, a.cols, a.idx, a.nIdx, a.coef, a.ldc, a.nTok, a.out, a.stride));
 }
 
 Napi::Value Rmsnorm(const Napi::CallbackInfo& info) {
@@ -705,8 +680,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   def("matvecRows", MatvecRows);
   def("axpyRows", AxpyRows);
   def("matmul", Matmul);
-  def("axpyRowsBatch", AxpyRowsBatch);
-  def("gemmRowsAcc", GemmRowsAcc);
+  def("matmulTAcc", MatmulTAcc);
   def("rmsnorm", Rmsnorm);
   def("rope", Rope);
   def("softmax", Softmax);

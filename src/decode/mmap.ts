@@ -7,7 +7,8 @@ import { forward } from "../model/forward.js";
 import { bindWeights, type Weights } from "../model/weights.js";
 import { native } from "../native.js";
 import { bundleLayoutOf, type BundleLayout } from "../sparse/ffn/layout.js";
-import { bundleRange, bundleScratchBytes, createBundleScratch, type BundleScratch } from "../sparse/ffn/steps.js";
+import { bundleScratchBytes } from "../sparse/ffn/layout.js";
+import { bundleRange, createBundleScratch, type BundleScratch } from "../sparse/ffn/steps.js";
 import type { Pack } from "../sparse/pack/format.js";
 import type { TraceRecorder } from "../trace/recorder.js";
 import { allocContext, freeContext } from "./context.js";
@@ -19,7 +20,8 @@ export class MmapDecoder implements Decoder {
   readonly weights: Weights;
   private readonly map: number;
   private readonly layout: BundleLayout;
-  private readonly scratch: BundleScratch;
+  private scratch: BundleScratch;
+  private scratchTokens = 1;
 
   constructor(readonly pack: Pack) {
     const n = native();
@@ -27,11 +29,18 @@ export class MmapDecoder implements Decoder {
     this.map = n.mapFile(pack.path).id;
     try {
       this.weights = bindWeights(pack.file, pack.config, this.map, { ffn: false }); // tensors at their file offsets in the mapping
-      this.scratch = createBundleScratch(pack.config.nFF, n.alloc(bundleScratchBytes(pack.config.nFF)), 0);
+      this.scratch = this.newScratch(1);
     } catch (e) {
       n.free(this.map);
       throw e;
     }
+  }
+
+  /** Bundle scratch for batches of up to `tokens` tokens. */
+  private newScratch(tokens: number): BundleScratch {
+    const bytes = bundleScratchBytes(this.pack.config.nFF, tokens);
+    this.scratchTokens = tokens;
+    return createBundleScratch(this.pack.config.nFF, native().alloc(bytes), 0, bytes);
   }
 
   createContext(opts: ContextOptions): DecodeContext {
@@ -43,8 +52,12 @@ export class MmapDecoder implements Decoder {
   }
 
   evaluate(ctx: DecodeContext, tokens: readonly number[], pos0: number, opts: ForwardOptions = {}): number {
-    const { pack, layout, map, scratch } = this;
     const n = native();
+    if (tokens.length > this.scratchTokens) {
+      n.free(this.scratch.buf);
+      this.scratch = this.newScratch(tokens.length);
+    }
+    const { pack, layout, map, scratch } = this;
     return forward(pack.config, this.weights, ctx.rs, ctx.kv, tokens, pos0, {
       ...opts,
       ffn: (layer, rs, nTok) => {

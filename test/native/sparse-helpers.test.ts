@@ -191,82 +191,85 @@ describe.each(LEVELS)("matmul with rowStride (neuron bundles in staging) on %s",
   }
 });
 
-describe.each(LEVELS)("axpyRowsBatch on %s", (level) => {
+/**
+ * f64 reference for matmulTAcc: out0 + Σ_n heff[t][n]·W[n][c] with W dequantised from its bytes.
+ * Q4_0/Q8_0: h as the kernel quantises it (Q8_0 per 32, zeros past `rows`); the kernel also
+ * requantises each 32-row group of a column to int8 with step s = amax/127, so each term errs by
+ * at most |heff|·s/2 and `bound` (per output) = Σ_n |heff[t][n]|·s_G(c)/2 plus f32 rounding of
+ * the sum. F32/F16: h as it is, f32 FMAs: the bound is the rounding of the running sum.
+ */
+function refMatmulTAcc(t: number, packed: Uint8Array, rows: number, cols: number, h: Float32Array[], out0: Float32Array[]) {
+  const rb = rowBytes(t, cols);
+  const W = Array.from({ length: rows }, (_, n) => dequantRowTS(t, packed.subarray(n * rb, (n + 1) * rb), cols));
+  const n32 = Math.ceil(rows / 32) * 32;
+  return h.map((ht, i) => {
+    const padded = new Float32Array(n32);
+    padded.set(ht.subarray(0, rows));
+    const quantised = t === GGMLType.Q4_0 || t === GGMLType.Q8_0;
+    const he = quantised ? effectiveX(GGMLType.Q8_0, padded) : Float64Array.from(padded);
+    const want = Float64Array.from(out0[i]!), bound = new Float64Array(cols), mag = Float64Array.from(out0[i]!, Math.abs);
+    for (let c = 0; c < cols; c++) {
+      for (let g = 0; g < n32; g += 32) {
+        let amax = 0;
+        for (let n = g; n < Math.min(rows, g + 32); n++) amax = Math.max(amax, Math.abs(W[n]![c]!));
+        const step = quantised ? amax / 127 : 0;
+        for (let n = g; n < Math.min(rows, g + 32); n++) {
+          want[c]! += he[n]! * W[n]![c]!;
+          mag[c]! += Math.abs(he[n]! * W[n]![c]!);
+          bound[c]! += (Math.abs(he[n]!) * step) / 2;
+        }
+      }
+      bound[c]! += ((quantised ? n32 / 32 : rows) + 4) * 2 ** -24 * (mag[c]! + bound[c]!);
+    }
+    return { want, bound };
+  });
+}
+
+describe("matmulTAcc (the prefill's down projection: rows are the reduction)", () => {
   for (const t of TYPES) {
-    it(`${NAME[t]}: a few tokens × 150 strided rows == axpyRows per token bit-for-bit (threads 1 and 2), == f64 reference`, () => {
-      const { rows, cols, stride, wOff, nTok, ldc, bytes, w, ids, idx, coefs, coef, out0 } = rowsBatchCase(t, 4096, 6000);
-      const batch = (threads: number) =>
+    it(`${NAME[t]}: 150 strided rows x 5 tokens == f64 reference within the bound (Q types: of the requantisation); the same bits at every SIMD level, threads 1 and 2, and split at 64 rows`, () => {
+      const rows = 150, cols = t === GGMLType.F32 || t === GGMLType.F16 ? 1000 : 1024, nTok = 5, ldh = 160, wOff = 64;
+      const stride = strideFor(t, cols);
+      const { bytes } = makeWeights(t, rows, cols, 7000 + t);
+      const w = stridedWeights(t, bytes, rows, cols, wOff, stride, 7100 + t);
+      // h: ReLU-like (a third zeros), a few large values
+      const h = Array.from({ length: nTok }, (_, i) => randF32(ldh, 7200 + t + i).map((v, j) => (j % 3 === 0 ? 0 : j % 17 === 0 ? 8 * v : v)));
+      const out0 = Array.from({ length: nTok }, (_, i) => randF32(cols, 7300 + t + i));
+      const hb = bufF32(Float32Array.from(h.flatMap((v) => [...v])));
+      const run = (level: SimdLevel, threads: number, split?: number) =>
         withThreads(threads, () =>
           withLevel(level, () => {
             const out = bufF32(Float32Array.from(out0.flatMap((v) => [...v])));
-            N.axpyRowsBatch(t, w, wOff, rows, cols, idx, 0, ids.length, coef, 0, ldc, nTok, out, 0, stride);
+            if (split === undefined) N.matmulTAcc(t, w, wOff, rows, cols, hb, 0, ldh, nTok, out, 0, stride);
+            else {
+              N.matmulTAcc(t, w, wOff, split, cols, hb, 0, ldh, nTok, out, 0, stride);
+              N.matmulTAcc(t, w, wOff + split * stride, rows - split, cols, hb, split * 4, ldh, nTok, out, 0, stride);
+            }
             return readF32(out, nTok * cols);
           }),
         );
-      const single = (i: number) =>
-        withLevel(level, () => {
-          const out = bufF32(out0[i]!);
-          N.axpyRows(t, w, wOff, rows, cols, idx, 0, ids.length, coef, i * ldc * 4, out, 0, stride);
-          return readF32(out, cols);
-        });
-      const b1 = batch(1);
-      bitsEqual(b1, batch(2), "threads 1 vs 2");
+      const ref = refMatmulTAcc(t, bytes, rows, cols, h, out0);
+      const s1 = run("scalar", 1);
       for (let i = 0; i < nTok; i++) {
-        bitsEqual(b1.subarray(i * cols, (i + 1) * cols), single(i), `token ${i} vs axpyRows`);
-        const { want, mag } = refAxpyRows(t, bytes, cols, ids, coefs[i]!.subarray(0, ids.length), out0[i]!);
-        expectClose(b1.subarray(i * cols, (i + 1) * cols), want, mag, axpyTol(ids.length), `axpyRowsBatch ${NAME[t]} ${level} token ${i}`);
+        const got = s1.subarray(i * cols, (i + 1) * cols);
+        const { want, bound } = ref[i]!;
+        let worst = 0, usedBound = false;
+        for (let c = 0; c < cols; c++) {
+          const err = Math.abs(got[c]! - want[c]!);
+          if (err > bound[c]!) throw new Error(`matmulTAcc ${NAME[t]} token ${i} col ${c}: ${got[c]} vs ${want[c]} (error ${err} > bound ${bound[c]})`);
+          worst = Math.max(worst, err / bound[c]!);
+          if (err > 1e-4 * bound[c]!) usedBound = true;
+        }
+        expect(worst).toBeLessThanOrEqual(1);
+        // Q types: the requantisation is really there (not an f32 GEMM)
+        if (t === GGMLType.Q4_0 || t === GGMLType.Q8_0) expect(usedBound).toBe(true);
       }
-      expect(() => N.axpyRowsBatch(t, w, wOff, rows, cols, idx, 0, ids.length, coef, 0, 100, nTok, bufBytes(nTok * cols * 4), 0, stride)).toThrow(/axpyRowsBatch: ldc 100 is less than nIdx 150/);
-    });
-  }
-});
-
-/**
- * A batch case for axpyRowsBatch / gemmRowsAcc: `rows` strided rows (garbage between them), 150
- * of them picked in shuffled order, coefficients (nTok, ldc) and starting outputs, from `seed`.
- */
-function rowsBatchCase(t: number, cols: number, seed: number) {
-  const rows = 200, stride = strideFor(t, cols), wOff = 64, nTok = 4, ldc = 160;
-  const { bytes } = makeWeights(t, rows, cols, seed + t);
-  const w = stridedWeights(t, bytes, rows, cols, wOff, stride, seed + 100 + t);
-  // 150 rows: two whole steps of 64 and a tail of 22 (groups of 8 and single rows)
-  const ids = randomIds(rows, 150, seed + 200 + t);
-  const coefs = Array.from({ length: nTok }, (_, i) => randF32(ldc, seed + 300 + t + i));
-  const out0 = Array.from({ length: nTok }, (_, i) => randF32(cols, seed + 400 + t + i));
-  return { rows, cols, stride, wOff, nTok, ldc, bytes, w, ids, idx: bufI32(ids), coefs, coef: bufF32(Float32Array.from(coefs.flatMap((v) => [...v]))), out0 };
-}
-
-describe("gemmRowsAcc (the prefill's down projection through OpenBLAS)", () => {
-  for (const t of TYPES) {
-    it(`${NAME[t]}: a few tokens × 150 strided rows == f64 reference; threads 1 == 2 bit-for-bit; NEURONPIPE_NO_BLAS=1 or no OpenBLAS: false, nothing done`, () => {
-      // columns: 17 whole 256-column blocks and a partial one
-      const { rows, cols, stride, wOff, nTok, ldc, bytes, w, ids, idx, coefs, coef, out0 } = rowsBatchCase(t, 4096 + 256 + 64, 7000);
-      const run = (threads: number) =>
-        withThreads(threads, () => {
-          const out = bufF32(Float32Array.from(out0.flatMap((v) => [...v])));
-          const used = N.gemmRowsAcc(t, w, wOff, rows, cols, idx, 0, ids.length, coef, 0, ldc, nTok, out, 0, stride);
-          return { used, out: readF32(out, nTok * cols) };
-        });
-      const a = run(1);
-      expect(a.used).toBe(N.buildInfo().openblas);
-      if (!a.used) {
-        // nothing written: the caller runs axpyRowsBatch
-        for (let i = 0; i < nTok; i++) bitsEqual(a.out.subarray(i * cols, (i + 1) * cols), out0[i]!, "untouched");
-        return;
+      for (const level of LEVELS) {
+        bitsEqual(run(level, 1), s1, `${level} 1 thread vs scalar`);
+        bitsEqual(run(level, 2), s1, `${level} 2 threads vs scalar`);
+        bitsEqual(run(level, 2, 64), s1, `${level} rows split at 64 vs one call`);
       }
-      bitsEqual(a.out, run(2).out, "threads 1 vs 2");
-      for (let i = 0; i < nTok; i++) {
-        const { want, mag } = refAxpyRows(t, bytes, cols, ids, coefs[i]!.subarray(0, ids.length), out0[i]!);
-        expectClose(a.out.subarray(i * cols, (i + 1) * cols), want, mag, axpyTol(ids.length), `gemmRowsAcc ${NAME[t]} token ${i}`);
-      }
-      process.env.NEURONPIPE_NO_BLAS = "1";
-      try {
-        const off = run(1);
-        expect(off.used).toBe(false);
-        for (let i = 0; i < nTok; i++) bitsEqual(off.out.subarray(i * cols, (i + 1) * cols), out0[i]!, "untouched with NEURONPIPE_NO_BLAS=1");
-      } finally {
-        delete process.env.NEURONPIPE_NO_BLAS;
-      }
+      expect(() => N.matmulTAcc(t, w, wOff, rows, cols, hb, 0, 100, nTok, bufBytes(nTok * cols * 4), 0, stride)).toThrow(/matmulTAcc: ldh 100 is less than rows 150/);
     });
   }
 });

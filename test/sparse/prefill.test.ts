@@ -3,7 +3,7 @@
 // chunk computes. Against the dense engine on the plain GGUF (an independent path: mapped
 // weights, its own FFN matmuls): logits after the prompt within the stated tolerance and the
 // same greedy tokens after it, for every decoder of a pack at 25%, 50% and 100% of the FFN; the
-// prefill's logits do not depend on the budget or the decoder (chunks aligned to 128 neurons);
+// prefill's logits do not depend on the budget or the decoder (chunks aligned to 32 neurons);
 // what it reads is the whole FFN once per batch; and the budget holds.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -76,10 +76,10 @@ const maxAbs = (a: Float32Array) => a.reduce((m, v) => Math.max(m, Math.abs(v)),
 
 describe.each([
   // [model, plain GGUF, pack, predictor, tolerance relative to max |logit|, greedy tokens that must match]
-  // F32: the dense engine's FFN is OpenBLAS sgemm as the streamed path's down projection, only
-  // the order of the sums differs (measured 6e-6). Q4_0: the dense engine quantises the FFN's
-  // activation h to Q8_0 for its down matmul (as ggml does) where the streamed path multiplies h
-  // in f32: up to 1/254 of a block's largest |h| per term (measured 1.4%). Its random weights
+  // F32: the streamed path's down projection sums h·W in f32 as the dense engine's sgemm does,
+  // only the order of the sums differs. Q4_0: both quantise h to Q8_0 per 32 neurons, and the
+  // streamed path also requantises its down columns (stored along n_embd in the pack) to int8 per
+  // 32 neurons: up to 1/254 of a group's largest |w| per term. Its random weights
   // give flat logits, and sparse decode's own f32 down projection differs from dense's the same
   // way, so after 12 tokens a near-tie goes the other way: the first 8 are held to dense's.
   ["the default model (F32)", defaultModel, () => packPath, "trained", 1e-4, 16],
@@ -122,7 +122,7 @@ describe.each([
 });
 
 describe("streamed dense prefill, reads", () => {
-  it("inline: reads each layer's bundles once per prompt batch, in chunks of whole 128-neuron groups, with the next chunk's read in flight", async () => {
+  it("inline: reads each layer's bundles once per prompt batch, in chunks of whole 32-neuron groups, with the next chunk's read in flight", async () => {
     const m = await loadSparseModel(packPath, { memory: budget(packPath, 0.5, true), decoder: "inline", contextSize: ctx });
     try {
       const prompt = m.tokenizer.encode(text);
@@ -136,7 +136,7 @@ describe("streamed dense prefill, reads", () => {
       const batches = Math.ceil(prompt.length / 32);
       const ffnBytes = pack.config.nLayer * pack.config.nFF * pack.bundleBytes;
       expect(streamed.stats.bytes).toBe(batches * ffnBytes);
-      expect(streamed.chunk % 128).toBe(0);
+      expect(streamed.chunk % 32).toBe(0);
       expect(streamed.stats.reads).toBe(batches * pack.config.nLayer * Math.ceil(pack.config.nFF / streamed.chunk));
       // every read has its interval; all but the first chunk of each batch ran in the background
       expect(streamed.stats.spans.length).toBe(streamed.stats.reads);
@@ -178,8 +178,8 @@ describe("streamed dense prefill, reads", () => {
       const reads = spans.filter((x) => x.lane === "io" && x.phase === "bundle");
       const pack = openPack(packPath);
       const batches = Math.ceil(m.tokenizer.encode(text).length / 32);
-      // the chunk: half the staging, in whole 128-neuron groups (the pipeline's staging is the same 1% of the budget)
-      const chunk = Math.floor(m.sparse!.plan.stagingBytes / 2 / pack.bundleBytes / 128) * 128;
+      // the chunk: half the staging, in whole 32-neuron groups (the pipeline's staging is the same 1% of the budget)
+      const chunk = Math.floor(m.sparse!.plan.stagingBytes / 2 / pack.bundleBytes / 32) * 32;
       const chunks = Math.ceil(pack.config.nFF / chunk);
       expect(compute.length).toBe(batches * pack.config.nLayer * chunks);
       expect(compute.reduce((a, x) => a + x.neurons!, 0)).toBe(batches * pack.config.nLayer * pack.config.nFF);

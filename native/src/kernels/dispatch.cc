@@ -326,53 +326,41 @@ void opAxpyRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, in
   });
 }
 
-void opAxpyRowsBatch(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
-                     int64_t ldc, int64_t nTok, float* out, size_t rowStride) {
+void opMatmulTAcc(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* H, int64_t ldh, int64_t nTok,
+                  float* O, size_t rowStride) {
+  if (nTok <= 0 || rows <= 0) return;
   const Kernels& k = K();
   const size_t rb = rowStride ? rowStride : rowBytesOf(type, cols);
-  // Columns split as in opAxpyRows. Within a thread's columns, rows go in steps of kStep (a
-  // multiple of every kernel's row group, so each call makes the same groups a single call over
-  // all rows would): the step's rows stay in cache while every token takes them.
-  constexpr int64_t kStep = 64;
-  const int64_t nBlocks = (cols + QK - 1) / QK;
-  const int T = std::min<int64_t>(threadsFor((double)nIdx * rb * (1.0 + nTok / 4.0), 64 * 1024), nBlocks);
-  poolRun(T, T, [&](int64_t c) {
-    const int64_t c0 = std::min(cols, (nBlocks * c / T) * QK);
-    const int64_t c1 = std::min(cols, (nBlocks * (c + 1) / T) * QK);
-    if (c1 <= c0) return;
-    for (int64_t k0 = 0; k0 < nIdx; k0 += kStep) {
-      const int64_t n = std::min(kStep, nIdx - k0);
-      for (int64_t t = 0; t < nTok; t++) k.axpyRows(type, W, rb, idx + k0, n, coef + t * ldc + k0, c0, c1, out + t * cols);
-    }
-  });
-}
-
-bool opGemmRowsAcc(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
-                   int64_t ldc, int64_t nTok, float* out, size_t rowStride) {
-#ifdef NP_HAVE_OPENBLAS
-  if (!blasUsable()) return false;
-  const Kernels& k = K();
-  const size_t rb = rowStride ? rowStride : rowBytesOf(type, cols);
-  // FIXED blocks of kCols columns (a multiple of the quantisation block), each one sgemm call
-  // with the same arguments whatever the thread count: the rows' columns of the block are
-  // dequantised into a thread-local (nIdx, kCols) matrix, then out[:, block] += coef · it.
-  constexpr int64_t kCols = 256;
+  constexpr int64_t kCols = 64;  // column groups (4 panels): each element's sum is the same whichever thread runs it
   const int64_t nChunks = (cols + kCols - 1) / kCols;
-  const int T = threadsFor((double)nIdx * cols * nTok, 1 << 20);
+  const int T = threadsFor((double)rows * cols * (1.0 + nTok), 1 << 20);
+  if (!typeQuantized(type)) {  // f32 sums of H's values as they are
+    std::vector<Act> acts((size_t)nTok);
+    for (int64_t t = 0; t < nTok; t++) acts[t].f = H + t * ldh;
+    poolRun(nChunks, T, [&](int64_t ch) {
+      const int64_t c0 = ch * kCols, c1 = std::min(cols, c0 + kCols);
+      k.matmulTAcc(type, W, rb, rows, c0, c1, acts.data(), nTok, O, cols);
+    });
+    return;
+  }
+  const int64_t n32 = (rows + QK - 1) / QK * QK;  // H rows padded with zeros to whole groups
+  const size_t ab = actBytes(T_Q8_0, n32);
+  uint8_t* mem = static_cast<uint8_t*>(t_act.get((ab + (size_t)n32 * 4) * (size_t)nTok + 64));
+  float* padded = reinterpret_cast<float*>(mem + ab * (size_t)nTok);
+  std::vector<Act> acts((size_t)nTok);
+  {
+    const int T = threadsFor((double)nTok * n32, 1 << 16);
+    poolRun(nTok, T, [&](int64_t t) {
+      float* h = padded + t * n32;
+      std::memcpy(h, H + t * ldh, (size_t)rows * 4);
+      std::fill(h + rows, h + n32, 0.0f);
+      prepareAct(k, T_Q8_0, h, n32, mem + ab * (size_t)t, acts[t]);
+    });
+  }
   poolRun(nChunks, T, [&](int64_t ch) {
-    const int64_t c0 = ch * kCols, n = std::min(cols, c0 + kCols) - c0;
-    thread_local std::vector<float> dq;
-    dq.resize((size_t)(nIdx * kCols));
-    const size_t at = rowBytesOf(type, c0);  // c0 is a multiple of the quantisation block
-    for (int64_t r = 0; r < nIdx; r++) k.dequantRow(type, W + (size_t)idx[r] * rb + at, n, dq.data() + r * kCols);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)nTok, (blasint)n, (blasint)nIdx, 1.0f, coef,
-                (blasint)ldc, dq.data(), (blasint)kCols, 1.0f, out + c0, (blasint)cols);
+    const int64_t c0 = ch * kCols, c1 = std::min(cols, c0 + kCols);
+    k.matmulTAcc(type, W, rb, rows, c0, c1, acts.data(), nTok, O, cols);
   });
-  return true;
-#else
-  (void)type, (void)W, (void)cols, (void)idx, (void)nIdx, (void)coef, (void)ldc, (void)nTok, (void)out, (void)rowStride;
-  return false;
-#endif
 }
 
 void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y,

@@ -31,16 +31,12 @@ void opMatvecRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, 
                   float* y, size_t rowStride = 0);
 void opAxpyRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
                 float* out, size_t rowStride = 0);
-// Batched axpyRows: out[t·cols + c] += Σ_k coef[t·ldc + k]·W[idx[k]][c] for each of nTok tokens,
-// k ascending: every token's output is bit-identical to opAxpyRows with its coefficients. The
-// rows are taken a few dozen at a time for all tokens, so they are read from memory once.
-void opAxpyRowsBatch(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
-                     int64_t ldc, int64_t nTok, float* out, size_t rowStride = 0);
-// The same sum through OpenBLAS sgemm on dequantised rows (fixed column blocks: deterministic
-// whatever the thread count, not bit-identical to opAxpyRowsBatch). Returns false, doing
-// nothing, without OpenBLAS, on the scalar level or with NEURONPIPE_NO_BLAS=1.
-bool opGemmRowsAcc(int type, const uint8_t* W, int64_t cols, const int32_t* idx, int64_t nIdx, const float* coef,
-                   int64_t ldc, int64_t nTok, float* out, size_t rowStride = 0);
+// O (nTok, cols) += H (nTok, ldh)[:, :rows] · W, W's rows the reduction (a pack's neuron-major
+// down columns): each 32 rows requantised per column to int8 and H quantised to Q8_0 (see
+// Kernels::matmulTAcc). Sums run over the rows in groups of 32 in order, after what O holds:
+// calls over consecutive ranges of rows (multiples of 32) give the bits of one call over all.
+void opMatmulTAcc(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* H, int64_t ldh, int64_t nTok,
+                  float* O, size_t rowStride = 0);
 // Y (nTok, rows) = X (nTok, cols) · W^T; rowStride as in opMatvecRows.
 void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y,
               size_t rowStride = 0);

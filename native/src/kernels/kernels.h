@@ -61,6 +61,16 @@ struct Kernels {
   void (*softmax)(float* x, int64_t n);
   void (*gated)(int kind, const float* g, const float* u, float* out, int64_t n);
   void (*add)(const float* a, const float* b, float* out, int64_t n);
+  // O[t*ldo + c] += Σ_n H_t[n] · W[n][c] for c in [c0, c1) (c0 a multiple of 16), t in [0, nTok):
+  // the rows W[0..nRows) are the reduction (a pack's neuron-major down columns).
+  //   F32/F16: xs[t].f = H_t;  acc = O[t, c];  for n ascending: acc = fma(H_t[n], W[n][c], acc).
+  //   Q4_0/Q8_0: each group G of 32 rows is requantised per column to int8 (s = amax/127 of the
+  //   32 values, q = round(v/s)), xs[t] is H_t quantised to Q8_0 over nRows rounded up to 32
+  //   (zeros past nRows), and acc = O[t, c]; for G ascending:
+  //   acc = fma(float(Σ_{n∈G} q[n][c]·hq[t][n]), s[G][c]·d_t[G], acc)   (integer dots exact).
+  // Either way the same bits at every level and whatever the column range.
+  void (*matmulTAcc)(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int64_t c0, int64_t c1,
+                     const Act* xs, int64_t nTok, float* O, int64_t ldo);
 };
 
 extern const Kernels kScalar;

@@ -1,6 +1,8 @@
 // Scalar reference kernels. Every SIMD path is tested against these.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "kernels.h"
 
@@ -283,9 +285,66 @@ void scalarRope(float* x, int64_t nTok, int64_t nHeads, int64_t headDim, int64_t
   }
 }
 
+// ---- matmulTAcc (kernels.h): the reference the SIMD version matches bit for bit -------------
+
+static float weightAt(int type, const uint8_t* row, int64_t c) {
+  switch (type) {
+    case T_F32: { float v; std::memcpy(&v, row + 4 * c, 4); return v; }
+    case T_F16: { uint16_t h; std::memcpy(&h, row + 2 * c, 2); return fp16ToF32(h); }
+    case T_Q4_0: {
+      const BlockQ4_0& b = reinterpret_cast<const BlockQ4_0*>(row)[c / QK];
+      const int j = (int)(c % QK);
+      const int q = j < QK / 2 ? (b.qs[j] & 0x0F) : (b.qs[j - QK / 2] >> 4);
+      return (float)(q - 8) * fp16ToF32(b.d);
+    }
+    default: {
+      const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[c / QK];
+      return (float)b.qs[c % QK] * fp16ToF32(b.d);
+    }
+  }
+}
+
+static void matmulTAcc(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int64_t c0, int64_t c1,
+                       const Act* xs, int64_t nTok, float* O, int64_t ldo) {
+  if (!typeQuantized(type)) {
+    for (int64_t c = c0; c < c1; c++)
+      for (int64_t t = 0; t < nTok; t++) {
+        float acc = O[t * ldo + c];
+        for (int64_t n = 0; n < nRows; n++) acc = std::fma(xs[t].f[n], weightAt(type, W + (size_t)n * rowBytes, c), acc);
+        O[t * ldo + c] = acc;
+      }
+    return;
+  }
+  const int64_t nG = (nRows + QK - 1) / QK;
+  std::vector<int8_t> q((size_t)(nG * QK));
+  std::vector<float> s((size_t)nG);
+  for (int64_t c = c0; c < c1; c++) {
+    for (int64_t g = 0; g < nG; g++) {
+      float v[QK], amax = 0.0f;
+      for (int j = 0; j < QK; j++) {
+        const int64_t n = g * QK + j;
+        v[j] = n < nRows ? weightAt(type, W + (size_t)n * rowBytes, c) : 0.0f;
+        amax = std::max(amax, std::fabs(v[j]));
+      }
+      s[(size_t)g] = amax / 127.0f;
+      const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+      for (int j = 0; j < QK; j++) q[(size_t)(g * QK + j)] = (int8_t)(int32_t)std::nearbyint(v[j] * inv);
+    }
+    for (int64_t t = 0; t < nTok; t++) {
+      float acc = O[t * ldo + c];
+      for (int64_t g = 0; g < nG; g++) {
+        int32_t dot = 0;
+        for (int j = 0; j < QK; j++) dot += (int32_t)q[(size_t)(g * QK + j)] * xs[t].qs[g * QK + j];
+        acc = std::fma((float)dot, s[(size_t)g] * xs[t].d[g], acc);
+      }
+      O[t * ldo + c] = acc;
+    }
+  }
+}
+
 const Kernels kScalar = {
     "scalar", quantizeQ8, dotRows, matmul, axpyRows, dequantRow, f32ToF16, f16ToF32, dotF32, dotF16,
-    axpyF32,  axpyF16,    rmsnorm, softmax, gated,   add,
+    axpyF32,  axpyF16,    rmsnorm, softmax, gated,   add,     matmulTAcc,
 };
 
 }  // namespace np

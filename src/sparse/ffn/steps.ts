@@ -23,7 +23,7 @@
 // (the mmap decoder over a mapping, the prefill over staging): the same kernels, so a neuron
 // that does not fire adds an exact zero and the result equals the oracle's bit for bit.
 import { native, type NativeAddon } from "../../native.js";
-import type { BundleLayout, FfnLayout } from "./layout.js";
+import { batchRows, type BundleLayout, type FfnLayout } from "./layout.js";
 
 /** One token's rows in a run state: the residual x (predictor input), the normed xb, the output o. */
 export interface TokenRows {
@@ -173,18 +173,6 @@ export class FfnSteps {
   }
 }
 
-/**
- * Rows a batch of tokens takes at a time: PREFILL_ALIGN (128) when the scratch holds that many for
- * every token. Callers split a layer at multiples of 128 (the streamed FFN's chunks), so every
- * GEMM call covers rows [128j, 128j + 128) whatever the chunk size, and the prefill's logits do
- * not depend on the staging, hence not on the budget. (64 rows per call was a third slower on
- * the 7B: each call quantises the activations and passes over the output again.)
- */
-export const PREFILL_ALIGN = 128;
-export function batchRows(cap: number, nTok: number): number {
-  return Math.max(1, Math.min(PREFILL_ALIGN, Math.floor(cap / nTok)));
-}
-
 /** Scratch for bundleRange: iota (n_ff) i32, then g, u, h (cap f32 each: a batch of tokens takes cap / nTok neurons at a time). */
 export interface BundleScratch {
   buf: number;
@@ -195,12 +183,8 @@ export interface BundleScratch {
   cap: number;
 }
 
-export function bundleScratchBytes(nFF: number): number {
-  return 4 * nFF * 4;
-}
-
 /** Lay out (and fill the iota of) bundle scratch in `bytes` bytes at `at` in `buf`. */
-export function createBundleScratch(nFF: number, buf = native().alloc(bundleScratchBytes(nFF)), at = 0, bytes = bundleScratchBytes(nFF)): BundleScratch {
+export function createBundleScratch(nFF: number, buf: number, at: number, bytes: number): BundleScratch {
   const cap = Math.floor((bytes / 4 - nFF) / 3);
   if (cap < 1) throw new RangeError(`bundle scratch: ${bytes} bytes cannot hold the iota of ${nFF} neurons and one value each`);
   const s = { buf, iota: at, g: at + nFF * 4, u: at + (nFF + cap) * 4, h: at + (nFF + 2 * cap) * 4, cap };
@@ -213,9 +197,8 @@ export function createBundleScratch(nFF: number, buf = native().alloc(bundleScra
  * Every neuron of `count` bundles at (src, srcOff), for tokens 0..nTok-1 of the run state at
  * rsBuf (xb rows in, o rows accumulated; `row` bytes apart):
  *   g = W_gate · xb;  u = W_up · xb;  h = act(g) · u;  o += Σ_k h[k] · W_down[:, k]   (k ascending)
- * One token: matvecs over the rows (the decode path). A batch (prefill): GEMMs over cap / nTok
- * rows at a time; the down projection an sgemm on the rows dequantised (OpenBLAS builds), or the
- * down rows accumulated for all tokens at once, k ascending for each token as one token would.
+ * One token: matvecs over the rows (the decode path). A batch (prefill): GEMMs over batchRows
+ * rows at a time (int8 VNNI panels; the down rows requantised 32 at a time, matmulTAcc).
  */
 export function bundleRange(L: BundleLayout, src: number, srcOff: number, count: number, rs: { buf: number; xb: number; o: number }, nTok: number, s: BundleScratch): void {
   const n = native();
@@ -235,9 +218,7 @@ export function bundleRange(L: BundleLayout, src: number, srcOff: number, count:
     n.matmul(L.gateType, src, off, m, L.dim, rs.buf, rs.xb, nTok, s.buf, s.g, B);
     n.matmul(L.upType, src, off + L.gateBlock, m, L.dim, rs.buf, rs.xb, nTok, s.buf, s.u, B);
     n.gatedAct(L.kind, s.buf, s.g, s.buf, s.u, s.buf, s.h, nTok * m);
-    // sgemm on the rows dequantised (OpenBLAS), else the down rows accumulated per token
-    if (!n.gemmRowsAcc(L.downType, src, off + L.gateBlock + L.upBytes, m, L.dim, s.buf, s.iota, m, s.buf, s.h, m, nTok, rs.buf, rs.o, B)) {
-      n.axpyRowsBatch(L.downType, src, off + L.gateBlock + L.upBytes, m, L.dim, s.buf, s.iota, m, s.buf, s.h, m, nTok, rs.buf, rs.o, B);
-    }
+    // o += h · down rows (int8 panels, requantised per 32 rows)
+    n.matmulTAcc(L.downType, src, off + L.gateBlock + L.upBytes, m, L.dim, s.buf, s.h, m, nTok, rs.buf, rs.o, B);
   }
 }

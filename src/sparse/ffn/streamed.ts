@@ -14,8 +14,8 @@
 // the budget does not count.
 import { native } from "../../native.js";
 import { nowUs } from "../../trace/recorder.js";
-import type { BundleLayout } from "./layout.js";
-import { bundleRange, PREFILL_ALIGN, type BundleScratch } from "./steps.js";
+import { DOWN_GROUP, type BundleLayout } from "./layout.js";
+import { bundleRange, type BundleScratch } from "./steps.js";
 
 export interface StreamedFfnOptions {
   /** Native loader of the pack (direct I/O: offsets and lengths are 4 KiB multiples). */
@@ -56,10 +56,10 @@ export class StreamedFfn {
     readonly L: BundleLayout,
     readonly o: StreamedFfnOptions,
   ) {
-    // whole multiples of PREFILL_ALIGN bundles when the staging allows: the GEMMs then see the
-    // same rows whatever the staging's size (steps.ts batchRows)
+    // whole multiples of DOWN_GROUP bundles when the staging allows: the down GEMM's sums are
+    // then the same whatever the staging's size (layout.ts DOWN_GROUP)
     const fit = Math.floor(o.stagingBytes / 2 / L.bundleBytes);
-    this.chunk = fit >= PREFILL_ALIGN ? fit - (fit % PREFILL_ALIGN) : fit;
+    this.chunk = fit >= DOWN_GROUP ? fit - (fit % DOWN_GROUP) : fit;
     if (this.chunk < 1) throw new RangeError(`streamed FFN: a staging buffer of ${o.stagingBytes} bytes cannot hold two bundles of ${L.bundleBytes} bytes`);
     this.half = this.chunk * L.bundleBytes;
     const nLayer = o.layerOffsets.length;
