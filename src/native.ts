@@ -118,6 +118,14 @@ export interface NativeAddon {
    * every SIMD level and thread count.
    */
   matmulTAcc(type: number, w: number, wOff: number, rows: number, cols: number, h: number, hOff: number, ldh: number, nTok: number, out: number, outOff: number, rowStride?: number): void;
+  /**
+   * matmul over n rows picked from two strided sources (a pack's resident neurons in the cache,
+   * the others in staging): row k = sel[k] >= 0 ? row sel[k] of a : row -1-sel[k] of b.
+   * y (nTok, n) = x (nTok, cols) · rows^T, the bits matmul gives for the same rows.
+   */
+  matmulSel(type: number, a: number, aOff: number, aStride: number, aRows: number, b: number, bOff: number, bStride: number, bRows: number, sel: number, selOff: number, n: number, cols: number, x: number, xOff: number, nTok: number, y: number, yOff: number): void;
+  /** matmulTAcc over n rows picked as in matmulSel: out (nTok, cols) += h (nTok, ldh)[:, :n] · rows. */
+  matmulTAccSel(type: number, a: number, aOff: number, aStride: number, aRows: number, b: number, bOff: number, bStride: number, bRows: number, sel: number, selOff: number, n: number, cols: number, h: number, hOff: number, ldh: number, nTok: number, out: number, outOff: number): void;
   /** out[t] = x[t] / rms(x[t]) * weight, for nTok rows of n (weight f32). */
   rmsnorm(x: number, xOff: number, weight: number, weightOff: number, n: number, nTok: number, eps: number, out: number, outOff: number): void;
   /** In-place rotary embedding of (nTok, nHeads, headDim) at positions pos0 + t; first ropeDim dims rotated. neox: pairs (i, i+ropeDim/2), else (2i, 2i+1). */

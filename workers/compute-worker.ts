@@ -55,6 +55,7 @@ function setUp(init: ComputeInit): State {
       stagingBytes: init.prefill.stagingBytes,
       layerOffsets: init.prefill.layerOffsets,
       scratch: createBundleScratch(init.cfg.nFF, init.prefill.bundleScratch, 0, init.prefill.bundleScratchBytes),
+      inPlace: init.prefill.inPlace,
     }),
     steps: new FfnSteps(init.ffn, init.cfg.nLayer),
     token: { buf: rs.buf, x: rs.x, xb: rs.xb, o: rs.o },

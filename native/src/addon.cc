@@ -526,6 +526,69 @@ Napi::Value Matmul(const Napi::CallbackInfo& info) {
   return Undef(info);
 }
 
+// Rows picked from two strided sources (a pack's resident neurons in the cache, the others in
+// staging). Arguments from index i: a, aOff, aStride, aRows, b, bOff, bStride, bRows, sel,
+// selOff, n: row k = sel[k] >= 0 ? row sel[k] of a : row -1-sel[k] of b.
+std::vector<const uint8_t*> selectedRows(Ctx& c, size_t i, int t, int64_t cols) {
+  const size_t rb = np::rowBytesOf(t, cols);
+  const uint8_t* base[2];
+  int64_t rows[2];
+  size_t stride[2];
+  for (int s = 0; s < 2; s++) {
+    const std::string w = s ? "b" : "a";
+    const int64_t off = c.idx(i + 4 * s + 1, (w + "Off").c_str()), st = c.idx(i + 4 * s + 2, (w + "Stride").c_str());
+    rows[s] = c.idx(i + 4 * s + 3, (w + "Rows").c_str());
+    if ((size_t)st < rb) c.rangeErr(w + "Stride " + std::to_string(st) + " is less than a row (" + std::to_string(rb) + " bytes)");
+    if (st % (int64_t)elemAlign(t) != 0) c.rangeErr(w + "Stride " + std::to_string(st) + " is not a multiple of the element size");
+    stride[s] = (size_t)st;
+    base[s] = c.span(i + 4 * s, s ? "b" : "a", off, stridedBytes(rows[s], stride[s], t, cols), elemAlign(t));
+  }
+  const int64_t selOff = c.idx(i + 9, "selOff"), n = c.idx(i + 10, "n");
+  const int32_t* sel = (const int32_t*)c.span(i + 8, "sel", selOff, (double)n * 4, 4);
+  std::vector<const uint8_t*> out((size_t)n);
+  for (int64_t k = 0; k < n; k++) {
+    const int s = sel[k] >= 0 ? 0 : 1;
+    const int64_t r = s ? -1 - (int64_t)sel[k] : sel[k];
+    if (r >= rows[s])
+      c.rangeErr("sel[" + std::to_string(k) + "] = " + std::to_string(sel[k]) + ": row " + std::to_string(r) + " of " + (s ? "b" : "a") +
+                 " out of range (rows " + std::to_string(rows[s]) + ")");
+    out[(size_t)k] = base[s] + (size_t)r * stride[s];
+  }
+  return out;
+}
+
+// (type, <selectedRows: 11>, cols, x, xOff, nTok, y, yOff): y (nTok, n) = x (nTok, cols) · rows^T
+Napi::Value MatmulSel(const Napi::CallbackInfo& info) {
+  Ctx c{info, "matmulSel", {}};
+  c.argc(18);
+  const int t = c.type(0, "type");
+  const int64_t cols = c.idx(12, "cols"), xOff = c.idx(14, "xOff"), nTok = c.idx(15, "nTok"), yOff = c.idx(17, "yOff");
+  c.colsFit(t, cols);
+  const std::vector<const uint8_t*> rows = selectedRows(c, 1, t, cols);
+  const int64_t n = (int64_t)rows.size();
+  const float* x = (const float*)c.span(13, "x", xOff, (double)nTok * cols * 4, 4);
+  float* y = (float*)c.span(16, "y", yOff, (double)nTok * n * 4, 4);
+  np::opMatmulRows(t, rows.data(), n, cols, x, nTok, y);
+  return Undef(info);
+}
+
+// (type, <selectedRows: 11>, cols, h, hOff, ldh, nTok, out, outOff): out (nTok, cols) += h (nTok, ldh)[:, :n] · rows
+Napi::Value MatmulTAccSel(const Napi::CallbackInfo& info) {
+  Ctx c{info, "matmulTAccSel", {}};
+  c.argc(19);
+  const int t = c.type(0, "type");
+  const int64_t cols = c.idx(12, "cols"), hOff = c.idx(14, "hOff"), ldh = c.idx(15, "ldh"), nTok = c.idx(16, "nTok"),
+                oOff = c.idx(18, "outOff");
+  c.colsFit(t, cols);
+  const std::vector<const uint8_t*> rows = selectedRows(c, 1, t, cols);
+  const int64_t n = (int64_t)rows.size();
+  if (ldh < n) c.rangeErr("ldh " + std::to_string(ldh) + " is less than n " + std::to_string(n));
+  const float* h = (const float*)c.span(13, "h", hOff, nTok == 0 ? 0.0 : ((double)(nTok - 1) * ldh + n) * 4, 4);
+  float* out = (float*)c.span(17, "out", oOff, (double)nTok * cols * 4, 4);
+  np::opMatmulTAccRows(t, rows.data(), n, cols, h, ldh, nTok, out);
+  return Undef(info);
+}
+
 // (type, w, wOff, rows, cols, h, hOff, ldh, nTok, out, outOff, rowStride?):
 // out (nTok, cols) += h (nTok, ldh)[:, :rows] · W (rows, cols)
 Napi::Value MatmulTAcc(const Napi::CallbackInfo& info) {
@@ -681,6 +744,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   def("axpyRows", AxpyRows);
   def("matmul", Matmul);
   def("matmulTAcc", MatmulTAcc);
+  def("matmulSel", MatmulSel);
+  def("matmulTAccSel", MatmulTAccSel);
   def("rmsnorm", Rmsnorm);
   def("rope", Rope);
   def("softmax", Softmax);

@@ -141,6 +141,7 @@ export class InlineDecoder implements Decoder {
       stagingBytes: plan.stagingBytes,
       layerOffsets: pack.layers.map((l) => l.bundlesOffset),
       scratch: createBundleScratch(nFF, ffn.scratch, 0, ffnScratchBytes(nFF, nEmbd, plan.options.batchSize)),
+      inPlace: true,
     }));
   }
 

@@ -15,6 +15,8 @@ export interface PrefillLayout {
   stagingBytes: number;
   bundleScratch: number; // buffer for createBundleScratch, and its bytes
   bundleScratchBytes: number;
+  /** Use the cache's resident neurons in place (not in the blocking decoder, whose window owns the slots). */
+  inPlace: boolean;
 }
 
 /** Everything a compute worker needs to run a session's forward steps. */

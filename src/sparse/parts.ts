@@ -222,6 +222,7 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
       gateRows: cache.gateRows,
       pinned: cache.pinned,
       slotOf: cache.slotTable,
+      stateOf: cache.stateTable,
       scratch: scratch.buf,
       off: scratch.off,
       pred,

@@ -274,6 +274,53 @@ describe("matmulTAcc (the prefill's down projection: rows are the reduction)", (
   }
 });
 
+describe("matmulSel / matmulTAccSel (rows picked from the cache and the staging)", () => {
+  for (const t of TYPES) {
+    it(`${NAME[t]}: 70 rows picked from two strided sources == matmul / matmulTAcc over the same rows laid out packed, bit for bit; a pick out of range is named`, () => {
+      const rows = 70, cols = t === GGMLType.F32 || t === GGMLType.F16 ? 96 : 128, nTok = 9, rb = rowBytes(t, cols);
+      const { bytes } = makeWeights(t, rows, cols, 8000 + t);
+      // source a: rows 0..39 at stride sa, in reverse order of slots; b: rows 40..69 at stride sb
+      const sa = strideFor(t, cols), sb = strideFor(t, cols) + 4096;
+      const aRows = 40, bRows = 30;
+      const a = bufBytes(64 + aRows * sa), b = bufBytes(128 + bRows * sb);
+      const va = N.viewU8(a, 0, 64 + aRows * sa), vb = N.viewU8(b, 0, 128 + bRows * sb);
+      const sel: number[] = [];
+      for (let r = 0; r < rows; r++) {
+        if (r % 3 !== 2 && r < 60) {
+          const slot = aRows - 1 - sel.filter((v) => v >= 0).length;
+          va.set(bytes.subarray(r * rb, (r + 1) * rb), 64 + slot * sa);
+          sel.push(slot);
+        } else {
+          const k = sel.filter((v) => v < 0).length;
+          vb.set(bytes.subarray(r * rb, (r + 1) * rb), 128 + k * sb);
+          sel.push(-1 - k);
+        }
+      }
+      const packed = bufBytes(rows * rb);
+      N.viewU8(packed, 0, rows * rb).set(bytes);
+      const selBuf = bufI32(sel);
+      const X = bufF32(randF32(nTok * cols, 8100 + t));
+      process.env.NEURONPIPE_NO_BLAS = "1"; // matmul of F32 otherwise goes through OpenBLAS
+      try {
+        const want = bufBytes(nTok * rows * 4), got = bufBytes(nTok * rows * 4);
+        N.matmul(t, packed, 0, rows, cols, X, 0, nTok, want, 0);
+        N.matmulSel(t, a, 64, sa, aRows, b, 128, sb, bRows, selBuf, 0, rows, cols, X, 0, nTok, got, 0);
+        bitsEqual(readF32(got, nTok * rows), readF32(want, nTok * rows), "matmulSel vs matmul");
+      } finally {
+        delete process.env.NEURONPIPE_NO_BLAS;
+      }
+      const H = bufF32(randF32(nTok * rows, 8200 + t)), out0 = randF32(nTok * cols, 8300 + t);
+      const o1 = bufF32(out0), o2 = bufF32(out0);
+      N.matmulTAcc(t, packed, 0, rows, cols, H, 0, rows, nTok, o1, 0);
+      N.matmulTAccSel(t, a, 64, sa, aRows, b, 128, sb, bRows, selBuf, 0, rows, cols, H, 0, rows, nTok, o2, 0);
+      bitsEqual(readF32(o2, nTok * cols), readF32(o1, nTok * cols), "matmulTAccSel vs matmulTAcc");
+      const bad = bufI32([0, -1 - bRows]);
+      expect(() => N.matmulSel(t, a, 64, sa, aRows, b, 128, sb, bRows, bad, 0, 2, cols, X, 0, 1, bufBytes(8), 0)).toThrow(/matmulSel: sel\[1\] = -31: row 30 of b out of range \(rows 30\)/);
+      expect(() => N.matmulTAccSel(t, a, 64, sa, aRows, b, 128, sb, bRows, bufI32([aRows]), 0, 1, cols, H, 0, 1, 1, bufBytes(cols * 4), 0)).toThrow(/matmulTAccSel: sel\[0\] = 40: row 40 of a out of range \(rows 40\)/);
+    });
+  }
+});
+
 describe.each(LEVELS)("axpyRows with rowStride on %s", (level) => {
   for (const t of TYPES) {
     for (const cols of [256, 4096]) {

@@ -3,8 +3,9 @@
 // chunk computes. Against the dense engine on the plain GGUF (an independent path: mapped
 // weights, its own FFN matmuls): logits after the prompt within the stated tolerance and the
 // same greedy tokens after it, for every decoder of a pack at 25%, 50% and 100% of the FFN; the
-// prefill's logits do not depend on the budget or the decoder (chunks aligned to 32 neurons);
-// what it reads is the whole FFN once per batch; and the budget holds.
+// prefill's logits do not depend on the budget or the decoder (chunks aligned to 32 neurons,
+// rows taken in place or from staging alike); what it reads is every bundle the cache does not
+// hold, once per batch; and the budget holds.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -122,7 +123,7 @@ describe.each([
 });
 
 describe("streamed dense prefill, reads", () => {
-  it("inline: reads each layer's bundles once per prompt batch, in chunks of whole 32-neuron groups, with the next chunk's read in flight", async () => {
+  it("inline: reads each bundle the cache does not hold once per prompt batch, in runs within chunks of whole 32-neuron groups, with the next chunk's read in flight; uses the held ones in place", async () => {
     const m = await loadSparseModel(packPath, { memory: budget(packPath, 0.5, true), decoder: "inline", contextSize: ctx });
     try {
       const prompt = m.tokenizer.encode(text);
@@ -133,14 +134,31 @@ describe("streamed dense prefill, reads", () => {
       streamed.recordSpans = true;
       await prefillLogits(m, prompt);
       const pack = openPack(packPath);
+      const { nLayer, nFF } = pack.config;
       const batches = Math.ceil(prompt.length / 32);
-      const ffnBytes = pack.config.nLayer * pack.config.nFF * pack.bundleBytes;
-      expect(streamed.stats.bytes).toBe(batches * ffnBytes);
+      // what the cache holds whole (its own accessor), and the runs of the rest
+      let held = 0, runs = 0;
+      const cache = m.sparse!.cache;
+      for (let l = 0; l < nLayer; l++)
+        for (let p = 0; p < nFF; p++) {
+          const whole = cache.holdsWhole(l * nFF + p);
+          if (whole) held++;
+          else if (p === 0 || cache.holdsWhole(l * nFF + p - 1)) runs++;
+        }
+      expect(held).toBeGreaterThan(0);
+      expect(held).toBeLessThan(nLayer * nFF);
+      expect(streamed.stats.inPlace).toBe(batches * held);
+      expect(streamed.stats.bytes).toBe(batches * (nLayer * nFF - held) * pack.bundleBytes);
       expect(streamed.chunk % 32).toBe(0);
-      expect(streamed.stats.reads).toBe(batches * pack.config.nLayer * Math.ceil(pack.config.nFF / streamed.chunk));
-      // every read has its interval; all but the first chunk of each batch ran in the background
-      expect(streamed.stats.spans.length).toBe(streamed.stats.reads);
-      expect(streamed.stats.spans.filter((r) => r.background).length).toBe(streamed.stats.reads - batches);
+      // one read per run, or more where a chunk boundary splits a run
+      const chunksPerLayer = Math.ceil(nFF / streamed.chunk);
+      expect(streamed.stats.reads).toBeGreaterThanOrEqual(batches * runs);
+      expect(streamed.stats.reads).toBeLessThanOrEqual(batches * (runs + nLayer * chunksPerLayer));
+      // every chunk's reads (one batch of its runs) have an interval; all but a batch's first ran in the background
+      const spans = streamed.stats.spans;
+      expect(spans.length).toBeGreaterThan(0);
+      expect(spans.length).toBeLessThanOrEqual(streamed.stats.reads);
+      expect(spans.filter((r) => !r.background).length).toBeLessThanOrEqual(batches);
       expect(streamed.stats.spans.reduce((a, r) => a + r.bytes, 0)).toBe(streamed.stats.bytes);
       for (const sp of streamed.stats.spans) expect(sp.t1).toBeGreaterThanOrEqual(sp.t0);
     } finally {
@@ -178,13 +196,15 @@ describe("streamed dense prefill, reads", () => {
       const reads = spans.filter((x) => x.lane === "io" && x.phase === "bundle");
       const pack = openPack(packPath);
       const batches = Math.ceil(m.tokenizer.encode(text).length / 32);
-      // the chunk: half the staging, in whole 32-neuron groups (the pipeline's staging is the same 1% of the budget)
-      const chunk = Math.floor(m.sparse!.plan.stagingBytes / 2 / pack.bundleBytes / 32) * 32;
-      const chunks = Math.ceil(pack.config.nFF / chunk);
-      expect(compute.length).toBe(batches * pack.config.nLayer * chunks);
-      expect(compute.reduce((a, x) => a + x.neurons!, 0)).toBe(batches * pack.config.nLayer * pack.config.nFF);
-      expect(reads.length).toBe(batches * pack.config.nLayer * chunks);
-      expect(reads.reduce((a, x) => a + x.bytes!, 0)).toBe(batches * pack.config.nLayer * pack.config.nFF * pack.bundleBytes);
+      // every neuron computed once per batch; the bundles the cache does not hold whole read once
+      const { nLayer, nFF } = pack.config;
+      let held = 0;
+      for (let g = 0; g < nLayer * nFF; g++) if (m.sparse!.cache.holdsWhole(g)) held++;
+      expect(held).toBeGreaterThan(0);
+      expect(compute.length).toBeGreaterThanOrEqual(batches * nLayer);
+      expect(compute.reduce((a, x) => a + x.neurons!, 0)).toBe(batches * nLayer * nFF);
+      expect(reads.length).toBeGreaterThan(0);
+      expect(reads.reduce((a, x) => a + x.bytes!, 0)).toBe(batches * (nLayer * nFF - held) * pack.bundleBytes);
       const prefills = rec.records.filter((r): r is import("../../src/trace/recorder.js").TokenRecord => r.kind === "token" && r.index === -1);
       expect(prefills.length).toBe(batches);
       for (const x of [...compute, ...reads]) expect(prefills.some((p) => x.t0 >= p.t0 && x.t1 <= p.t1), `${x.lane} span inside a prefill record`).toBe(true);

@@ -344,21 +344,14 @@ inline void tileRowGroup(int type, const uint8_t* const* rows, int64_t cols, con
   }
 }
 
-void matmul(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int64_t r1, int64_t cols, const Act* xs,
+void matmul(int type, const uint8_t* const* rows, int64_t r0, int64_t r1, int64_t cols, const Act* xs,
             int64_t t0, int64_t t1, float* Y, int64_t ldy) {
   constexpr int64_t kTokBlock = 15;
   for (int64_t tb = t0; tb < t1; tb += kTokBlock) {
     const int64_t te = std::min(t1, tb + kTokBlock);
     int64_t r = r0;
-    const uint8_t* rows[4];
-    for (; r + 4 <= r1; r += 4) {
-      for (int i = 0; i < 4; i++) rows[i] = W + (size_t)(r + i) * rowBytes;
-      tileRowGroup<4>(type, rows, cols, xs, tb, te, Y, ldy, r);
-    }
-    for (; r < r1; r++) {
-      rows[0] = W + (size_t)r * rowBytes;
-      tileRowGroup<1>(type, rows, cols, xs, tb, te, Y, ldy, r);
-    }
+    for (; r + 4 <= r1; r += 4) tileRowGroup<4>(type, rows + r, cols, xs, tb, te, Y, ldy, r);
+    for (; r < r1; r++) tileRowGroup<1>(type, rows + r, cols, xs, tb, te, Y, ldy, r);
   }
 }
 

@@ -274,96 +274,7 @@ void dotRows(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, in
   }
 }
 
-// ---- matmul: RT rows x TT tokens tiles; per element the same operations as dotRows -------
-
-// Per (row, token, block): dpbusd, cvt, scale = d_w(r) * d_x(t) (broadcast vectors), fma.
-// (Precomputing the 16 scale products of a 4x4 tile into memory was slower on Zen 4:
-// the 4-byte broadcast loads cannot forward from the 64-byte store.)
-template <int RT, int TT>
-inline void tileQ4(const uint8_t* const* rows, int64_t nb, const Act* xs, float* const* outs) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i shifts = _mm256_setr_epi64x(0, 0, 4, 4);
-  const BlockQ4_0* wr[RT];
-  #pragma GCC unroll 16
-  for (int r = 0; r < RT; r++) wr[r] = reinterpret_cast<const BlockQ4_0*>(rows[r]);
-  const int8_t* xq[TT];
-  const int32_t* cr[TT];
-  #pragma GCC unroll 16
-  for (int t = 0; t < TT; t++) {
-    xq[t] = xs[t].qs;
-    cr[t] = xs[t].corr4;
-  }
-  __m256 acc[RT * TT];
-#pragma GCC unroll 16
-  for (int i = 0; i < RT * TT; i++) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; b++) {
-    __m256i w[RT];
-#pragma GCC unroll 4
-    for (int r = 0; r < RT; r++) {
-      const BlockQ4_0* blk = wr[r] + b;
-      __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs)));
-      w[r] = _mm256_and_si256(_mm256_srlv_epi64(v, shifts), m4);
-    }
-    __m256 dw[RT];
-#pragma GCC unroll 4
-    for (int r = 0; r < RT; r++) dw[r] = _mm256_cvtph_ps(_mm_set1_epi16((short)wr[r][b].d));
-#pragma GCC unroll 4
-    for (int t = 0; t < TT; t++) {
-      const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq[t] + b * QK));
-      const __m256i corr = _mm256_set1_epi32(cr[t][b]);
-      const __m256 dx = _mm256_set1_ps(xs[t].d[b]);
-#pragma GCC unroll 4
-      for (int r = 0; r < RT; r++) {
-        const __m256i s = _mm256_dpbusd_epi32(corr, w[r], xv);
-        acc[r * TT + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw[r], dx), acc[r * TT + t]);
-      }
-    }
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < RT * TT; i++) outs[i % TT][i / TT] = hsum256(acc[i]);
-}
-
-template <int RT, int TT>
-inline void tileQ8(const uint8_t* const* rows, int64_t nb, const Act* xs, float* const* outs) {
-  const __m256i flip = _mm256_set1_epi8((char)0x80);
-  const BlockQ8_0* wr[RT];
-  #pragma GCC unroll 16
-  for (int r = 0; r < RT; r++) wr[r] = reinterpret_cast<const BlockQ8_0*>(rows[r]);
-  const int8_t* xq[TT];
-  const int32_t* cr[TT];
-  #pragma GCC unroll 16
-  for (int t = 0; t < TT; t++) {
-    xq[t] = xs[t].qs;
-    cr[t] = xs[t].corr8;
-  }
-  __m256 acc[RT * TT];
-#pragma GCC unroll 16
-  for (int i = 0; i < RT * TT; i++) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; b++) {
-    __m256i w[RT];
-#pragma GCC unroll 4
-    for (int r = 0; r < RT; r++) {
-      const BlockQ8_0* blk = wr[r] + b;
-      w[r] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)), flip);
-    }
-    __m256 dw[RT];
-#pragma GCC unroll 4
-    for (int r = 0; r < RT; r++) dw[r] = _mm256_cvtph_ps(_mm_set1_epi16((short)wr[r][b].d));
-#pragma GCC unroll 4
-    for (int t = 0; t < TT; t++) {
-      const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq[t] + b * QK));
-      const __m256i corr = _mm256_set1_epi32(cr[t][b]);
-      const __m256 dx = _mm256_set1_ps(xs[t].d[b]);
-#pragma GCC unroll 4
-      for (int r = 0; r < RT; r++) {
-        const __m256i s = _mm256_dpbusd_epi32(corr, w[r], xv);
-        acc[r * TT + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw[r], dx), acc[r * TT + t]);
-      }
-    }
-  }
-#pragma GCC unroll 16
-  for (int i = 0; i < RT * TT; i++) outs[i % TT][i / TT] = hsum256(acc[i]);
-}
+// ---- matmul of F32/F16: RT rows x TT tokens tiles -------------------------------------------
 
 template <bool F16, int RT, int TT>
 inline void tileF(const uint8_t* const* rows, int64_t cols, const Act* xs, float* const* outs) {
@@ -404,12 +315,8 @@ inline void tileF(const uint8_t* const* rows, int64_t cols, const Act* xs, float
 
 template <int RT, int TT>
 inline void tile(int type, const uint8_t* const* rows, int64_t cols, const Act* xs, float* const* outs) {
-  switch (type) {
-    case T_Q4_0: tileQ4<RT, TT>(rows, cols / QK, xs, outs); break;
-    case T_Q8_0: tileQ8<RT, TT>(rows, cols / QK, xs, outs); break;
-    case T_F16: tileF<true, RT, TT>(rows, cols, xs, outs); break;
-    default: tileF<false, RT, TT>(rows, cols, xs, outs); break;
-  }
+  if (type == T_F16) tileF<true, RT, TT>(rows, cols, xs, outs);
+  else tileF<false, RT, TT>(rows, cols, xs, outs);
 }
 
 template <int RT>
@@ -494,8 +401,8 @@ inline void transpose16x8(const uint8_t* in, uint8_t* out) {
   for (int j = 0; j < 8; j++) _mm512_store_si512(out + 64 * j, v[j]);
 }
 
-// Rows r0 .. r0+n-1 (n <= 16; the rest zero) into `panel` (nb x kPanelBlock bytes, 64-aligned).
-void repackPanel(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int n, int64_t nb, uint8_t* panel) {
+// Rows rows[0 .. n-1] (n <= 16; the rest zero) into `panel` (nb x kPanelBlock bytes, 64-aligned).
+void repackPanel(int type, const uint8_t* const* rows, int n, int64_t nb, uint8_t* panel) {
   alignas(64) uint8_t tmp[512];
   const __m128i m4 = _mm_set1_epi8(0x0F);
   const __m256i flip = _mm256_set1_epi8((char)0x80);
@@ -509,7 +416,7 @@ void repackPanel(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int n,
         sc[r] = 0.0f;
         continue;
       }
-      const uint8_t* row = W + (size_t)(r0 + r) * rowBytes;
+      const uint8_t* row = rows[r];
       if (type == T_Q4_0) {
         const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
@@ -579,7 +486,7 @@ struct PanelBuf {
 };
 thread_local PanelBuf t_panel;
 
-void matmulPanels(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int64_t r1, int64_t cols, const Act* xs,
+void matmulPanels(int type, const uint8_t* const* rows, int64_t r0, int64_t r1, int64_t cols, const Act* xs,
                   int64_t t0, int64_t t1, float* Y, int64_t ldy) {
   const int64_t nb = cols / QK;
   const int32_t corrMul = type == T_Q4_0 ? 8 : 128;
@@ -587,7 +494,7 @@ void matmulPanels(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int64
   if (!panel) std::abort();  // out of memory for 16 rows of repacked weights
   for (int64_t r = r0; r < r1; r += kPanelRows) {
     const int n = (int)std::min<int64_t>(kPanelRows, r1 - r);
-    repackPanel(type, W, rowBytes, r, n, nb, panel);
+    repackPanel(type, rows + r, n, nb, panel);
     const __mmask16 m = tailMask16(n);
     int64_t t = t0;
     for (; t + 8 <= t1; t += 8) panelTile<8>(panel, nb, xs + t, corrMul, Y + t * ldy + r, ldy, m);
@@ -621,7 +528,7 @@ inline __m512 weights16(int type, const uint8_t* row, int64_t c, __mmask16 m) {
 
 // Columns c..c+15 of rows [0, nRows) into a panel (kPanelBlock per 32-row group): lane = column,
 // dword k of a lane = rows 4k..4k+3 of the group as unsigned bytes (q + 128), then the 16 scales.
-void repackPanelT(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int64_t c, __mmask16 m, uint8_t* panel) {
+void repackPanelT(int type, const uint8_t* const* rows, int64_t nRows, int64_t c, __mmask16 m, uint8_t* panel) {
   const int64_t nG = (nRows + QK - 1) / QK;
   const __m128i flip = _mm_set1_epi8((char)0x80);
   for (int64_t g = 0; g < nG; g++) {
@@ -629,7 +536,7 @@ void repackPanelT(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, in
     __m512 amax = _mm512_setzero_ps();
     for (int j = 0; j < QK; j++) {
       const int64_t n = g * QK + j;
-      v[j] = n < nRows ? weights16(type, W + (size_t)n * rowBytes, c, m) : _mm512_setzero_ps();
+      v[j] = n < nRows ? weights16(type, rows[n], c, m) : _mm512_setzero_ps();
       amax = _mm512_max_ps(amax, _mm512_abs_ps(v[j]));
     }
     uint8_t* pb = panel + (size_t)g * kPanelBlock;
@@ -656,13 +563,13 @@ void repackPanelT(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, in
 
 // F32/F16: TT tokens x 16 columns, rows ascending, f32 FMAs.
 template <int TT>
-inline void floatTileT(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int64_t c, __mmask16 m,
+inline void floatTileT(int type, const uint8_t* const* rows, int64_t nRows, int64_t c, __mmask16 m,
                        const Act* xs, float* O, int64_t ldo) {
   __m512 acc[TT];
   #pragma GCC unroll 16
   for (int t = 0; t < TT; t++) acc[t] = _mm512_maskz_loadu_ps(m, O + t * ldo + c);
   for (int64_t n = 0; n < nRows; n++) {
-    const __m512 w = weights16(type, W + (size_t)n * rowBytes, c, m);
+    const __m512 w = weights16(type, rows[n], c, m);
     #pragma GCC unroll 16
     for (int t = 0; t < TT; t++) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(xs[t].f[n]), w, acc[t]);
   }
@@ -670,14 +577,14 @@ inline void floatTileT(int type, const uint8_t* W, size_t rowBytes, int64_t nRow
   for (int t = 0; t < TT; t++) _mm512_mask_storeu_ps(O + t * ldo + c, m, acc[t]);
 }
 
-void matmulTAcc(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int64_t c0, int64_t c1, const Act* xs,
+void matmulTAcc(int type, const uint8_t* const* rows, int64_t nRows, int64_t c0, int64_t c1, const Act* xs,
                 int64_t nTok, float* O, int64_t ldo) {
   if (!typeQuantized(type)) {
     for (int64_t c = c0; c < c1; c += kPanelRows) {
       const __mmask16 m = tailMask16(std::min<int64_t>(kPanelRows, c1 - c));
       int64_t t = 0;
-      for (; t + 8 <= nTok; t += 8) floatTileT<8>(type, W, rowBytes, nRows, c, m, xs + t, O + t * ldo, ldo);
-      for (; t < nTok; t++) floatTileT<1>(type, W, rowBytes, nRows, c, m, xs + t, O + t * ldo, ldo);
+      for (; t + 8 <= nTok; t += 8) floatTileT<8>(type, rows, nRows, c, m, xs + t, O + t * ldo, ldo);
+      for (; t < nTok; t++) floatTileT<1>(type, rows, nRows, c, m, xs + t, O + t * ldo, ldo);
     }
     return;
   }
@@ -686,7 +593,7 @@ void matmulTAcc(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int6
   if (!panel) std::abort();  // out of memory for one panel
   for (int64_t c = c0; c < c1; c += kPanelRows) {
     const __mmask16 m = tailMask16(std::min<int64_t>(kPanelRows, c1 - c));
-    repackPanelT(type, W, rowBytes, nRows, c, m, panel);
+    repackPanelT(type, rows, nRows, c, m, panel);
     int64_t t = 0;
     for (; t + 8 <= nTok; t += 8) panelTile<8, true>(panel, nG, xs + t, 128, O + t * ldo + c, ldo, m);
     if (t + 4 <= nTok) { panelTile<4, true>(panel, nG, xs + t, 128, O + t * ldo + c, ldo, m); t += 4; }
@@ -695,23 +602,16 @@ void matmulTAcc(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int6
   }
 }
 
-void matmul(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int64_t r1, int64_t cols, const Act* xs,
+void matmul(int type, const uint8_t* const* rows, int64_t r0, int64_t r1, int64_t cols, const Act* xs,
             int64_t t0, int64_t t1, float* Y, int64_t ldy) {
-  if (typeQuantized(type)) return matmulPanels(type, W, rowBytes, r0, r1, cols, xs, t0, t1, Y, ldy);
+  if (typeQuantized(type)) return matmulPanels(type, rows, r0, r1, cols, xs, t0, t1, Y, ldy);
   // Token blocks outer so the (small) weight chunk stays in cache while activations stream.
   constexpr int64_t kTokBlock = 16;
   for (int64_t tb = t0; tb < t1; tb += kTokBlock) {
     const int64_t te = std::min(t1, tb + kTokBlock);
     int64_t r = r0;
-    const uint8_t* rows[4];
-    for (; r + 4 <= r1; r += 4) {
-      for (int i = 0; i < 4; i++) rows[i] = W + (size_t)(r + i) * rowBytes;
-      tileRowGroup<4>(type, rows, cols, xs, tb, te, Y, ldy, r);
-    }
-    for (; r < r1; r++) {
-      rows[0] = W + (size_t)r * rowBytes;
-      tileRowGroup<1>(type, rows, cols, xs, tb, te, Y, ldy, r);
-    }
+    for (; r + 4 <= r1; r += 4) tileRowGroup<4>(type, rows + r, cols, xs, tb, te, Y, ldy, r);
+    for (; r < r1; r++) tileRowGroup<1>(type, rows + r, cols, xs, tb, te, Y, ldy, r);
   }
 }
 

@@ -326,31 +326,32 @@ void opAxpyRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, in
   });
 }
 
-void opMatmulTAcc(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* H, int64_t ldh, int64_t nTok,
-                  float* O, size_t rowStride) {
+namespace {
+// One pointer per row: W + r * rowBytes.
+std::vector<const uint8_t*> rowTable(const uint8_t* W, int64_t rows, size_t rowBytes) {
+  std::vector<const uint8_t*> t((size_t)rows);
+  for (int64_t r = 0; r < rows; r++) t[(size_t)r] = W + (size_t)r * rowBytes;
+  return t;
+}
+}  // namespace
+
+void opMatmulTAccRows(int type, const uint8_t* const* rowPtrs, int64_t rows, int64_t cols, const float* H, int64_t ldh,
+                      int64_t nTok, float* O) {
   if (nTok <= 0 || rows <= 0) return;
   const Kernels& k = K();
-  const size_t rb = rowStride ? rowStride : rowBytesOf(type, cols);
   constexpr int64_t kCols = 64;  // column groups (4 panels): each element's sum is the same whichever thread runs it
   const int64_t nChunks = (cols + kCols - 1) / kCols;
   const int T = threadsFor((double)rows * cols * (1.0 + nTok), 1 << 20);
-  if (!typeQuantized(type)) {  // f32 sums of H's values as they are
-    std::vector<Act> acts((size_t)nTok);
-    for (int64_t t = 0; t < nTok; t++) acts[t].f = H + t * ldh;
-    poolRun(nChunks, T, [&](int64_t ch) {
-      const int64_t c0 = ch * kCols, c1 = std::min(cols, c0 + kCols);
-      k.matmulTAcc(type, W, rb, rows, c0, c1, acts.data(), nTok, O, cols);
-    });
-    return;
-  }
-  const int64_t n32 = (rows + QK - 1) / QK * QK;  // H rows padded with zeros to whole groups
-  const size_t ab = actBytes(T_Q8_0, n32);
-  uint8_t* mem = static_cast<uint8_t*>(t_act.get((ab + (size_t)n32 * 4) * (size_t)nTok + 64));
-  float* padded = reinterpret_cast<float*>(mem + ab * (size_t)nTok);
   std::vector<Act> acts((size_t)nTok);
-  {
-    const int T = threadsFor((double)nTok * n32, 1 << 16);
-    poolRun(nTok, T, [&](int64_t t) {
+  if (!typeQuantized(type)) {  // f32 sums of H's values as they are
+    for (int64_t t = 0; t < nTok; t++) acts[t].f = H + t * ldh;
+  } else {
+    const int64_t n32 = (rows + QK - 1) / QK * QK;  // H rows padded with zeros to whole groups
+    const size_t ab = actBytes(T_Q8_0, n32);
+    uint8_t* mem = static_cast<uint8_t*>(t_act.get((ab + (size_t)n32 * 4) * (size_t)nTok + 64));
+    float* padded = reinterpret_cast<float*>(mem + ab * (size_t)nTok);
+    const int Tp = threadsFor((double)nTok * n32, 1 << 16);
+    poolRun(nTok, Tp, [&](int64_t t) {
       float* h = padded + t * n32;
       std::memcpy(h, H + t * ldh, (size_t)rows * 4);
       std::fill(h + rows, h + n32, 0.0f);
@@ -359,12 +360,18 @@ void opMatmulTAcc(int type, const uint8_t* W, int64_t rows, int64_t cols, const 
   }
   poolRun(nChunks, T, [&](int64_t ch) {
     const int64_t c0 = ch * kCols, c1 = std::min(cols, c0 + kCols);
-    k.matmulTAcc(type, W, rb, rows, c0, c1, acts.data(), nTok, O, cols);
+    k.matmulTAcc(type, rowPtrs, rows, c0, c1, acts.data(), nTok, O, cols);
   });
 }
 
-void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y,
-              size_t rowStride) {
+void opMatmulTAcc(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* H, int64_t ldh, int64_t nTok,
+                  float* O, size_t rowStride) {
+  const std::vector<const uint8_t*> t = rowTable(W, rows, rowStride ? rowStride : rowBytesOf(type, cols));
+  opMatmulTAccRows(type, t.data(), rows, cols, H, ldh, nTok, O);
+}
+
+void opMatmulRows(int type, const uint8_t* const* rowPtrs, int64_t rows, int64_t cols, const float* X, int64_t nTok,
+                  float* Y) {
   const Kernels& k = K();
   const size_t ab = actBytes(type, cols);
   uint8_t* mem = static_cast<uint8_t*>(t_act.get(ab * (size_t)nTok + 64));
@@ -373,16 +380,17 @@ void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const floa
     const int T = threadsFor((double)nTok * cols, 1 << 16);
     poolRun(nTok, T, [&](int64_t t) { prepareAct(k, type, X + t * cols, cols, mem + ab * (size_t)t, acts[t]); });
   }
-  std::vector<float> dT;
-  if (typeQuantized(type) && nTok > 0) {
-    const int64_t nb = cols / QK, ld = nTok + 4;  // padded: 128-bit loads stay in bounds
-    dT.assign((size_t)(nb * ld), 0.0f);
-    for (int64_t t = 0; t < nTok; t++) {
-      for (int64_t b = 0; b < nb; b++) dT[(size_t)(b * ld + t)] = acts[t].d[b];
-      acts[t].dT = dT.data() + t;
-      acts[t].ldT = ld;
-    }
-  }
+  constexpr int64_t kRows = 16;
+  const int64_t nChunks = (rows + kRows - 1) / kRows;
+  const int T = threadsFor((double)rows * rowBytesOf(type, cols) * (1.0 + nTok / 8.0), 96 * 1024);
+  poolRun(nChunks, T, [&](int64_t c) {
+    const int64_t r0 = c * kRows, r1 = std::min(rows, r0 + kRows);
+    k.matmul(type, rowPtrs, r0, r1, cols, acts.data(), 0, nTok, Y, rows);
+  });
+}
+
+void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y,
+              size_t rowStride) {
   const size_t rb = rowStride ? rowStride : rowBytesOf(type, cols);
 #ifdef NP_HAVE_OPENBLAS
   // F32 prefill through OpenBLAS sgemm (not on the scalar reference path). OpenBLAS runs
@@ -390,27 +398,23 @@ void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const floa
   // with the same arguments whatever the thread count, so results stay bit-identical.
   // NEURONPIPE_NO_BLAS=1 forces the built-in kernels (tests cover both).
   if (type == T_F32 && nTok >= 4 && blasUsable()) {
+    // a copy of X: the output may alias it
+    float* Xc = static_cast<float*>(t_act.get((size_t)(nTok * cols) * 4 + 64));
+    std::memcpy(Xc, X, (size_t)(nTok * cols) * 4);
     constexpr int64_t kBlasRows = 64;
-    const int64_t lda = (int64_t)(ab / 4);  // prepared activations are copies, ab bytes apart
-    const float* Xc = acts[0].f;
     const int64_t nChunks = (rows + kBlasRows - 1) / kBlasRows;
     const int T = threadsFor((double)rows * cols * nTok, 1 << 20);
     poolRun(nChunks, T, [&](int64_t c) {
       const int64_t r0 = c * kBlasRows, n = std::min(rows, r0 + kBlasRows) - r0;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)nTok, (blasint)n, (blasint)cols, 1.0f, Xc,
-                  (blasint)lda, reinterpret_cast<const float*>(W + (size_t)r0 * rb), (blasint)(rb / 4), 0.0f, Y + r0,
+                  (blasint)cols, reinterpret_cast<const float*>(W + (size_t)r0 * rb), (blasint)(rb / 4), 0.0f, Y + r0,
                   (blasint)rows);
     });
     return;
   }
 #endif
-  constexpr int64_t kRows = 16;
-  const int64_t nChunks = (rows + kRows - 1) / kRows;
-  const int T = threadsFor((double)rows * rb * (1.0 + nTok / 8.0), 96 * 1024);
-  poolRun(nChunks, T, [&](int64_t c) {
-    const int64_t r0 = c * kRows, r1 = std::min(rows, r0 + kRows);
-    k.matmul(type, W, rb, r0, r1, cols, acts.data(), 0, nTok, Y, rows);
-  });
+  const std::vector<const uint8_t*> t = rowTable(W, rows, rb);
+  opMatmulRows(type, t.data(), rows, cols, X, nTok, Y);
 }
 
 // ---- elementwise / small ops ---------------------------------------------------------------

@@ -37,9 +37,16 @@ void opAxpyRows(int type, const uint8_t* W, int64_t cols, const int32_t* idx, in
 // calls over consecutive ranges of rows (multiples of 32) give the bits of one call over all.
 void opMatmulTAcc(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* H, int64_t ldh, int64_t nTok,
                   float* O, size_t rowStride = 0);
+// The same with one pointer per row (rows from several buffers: a pack's resident neurons in the
+// cache and the others in staging).
+void opMatmulTAccRows(int type, const uint8_t* const* rowPtrs, int64_t rows, int64_t cols, const float* H, int64_t ldh,
+                      int64_t nTok, float* O);
 // Y (nTok, rows) = X (nTok, cols) · W^T; rowStride as in opMatvecRows.
 void opMatmul(int type, const uint8_t* W, int64_t rows, int64_t cols, const float* X, int64_t nTok, float* Y,
               size_t rowStride = 0);
+// The same with one pointer per row (no OpenBLAS: F32 through the built-in kernels).
+void opMatmulRows(int type, const uint8_t* const* rowPtrs, int64_t rows, int64_t cols, const float* X, int64_t nTok,
+                  float* Y);
 
 void opRmsnorm(const float* x, const float* w, int64_t n, int64_t nTok, float eps, float* out);
 void opRope(float* x, int64_t nTok, int64_t nHeads, int64_t headDim, int64_t ropeDim, int64_t pos0, float freqBase,

@@ -30,10 +30,6 @@ struct Act {
   // cvp = 8 int32 [-2·sum(2p) x4, -2·sum(2p+1) x4] (= -8·Σx per block over 4 lanes).
   const int8_t* qp = nullptr;
   const int32_t* cvp = nullptr;
-  // matmul only (Q types): scales of all tokens transposed, dT[b * ldT] = d[b] of this token
-  // and dT[b * ldT + i] = d[b] of token t+i (so 4 consecutive tokens are one 128-bit load).
-  const float* dT = nullptr;
-  int64_t ldT = 0;
 };
 
 struct Kernels {
@@ -43,9 +39,9 @@ struct Kernels {
   // y[k - k0] = W[row_k] . x for k in [k0, k1), row_k = idx ? idx[k] : k.
   void (*dotRows)(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t k0, int64_t k1,
                   int64_t cols, const Act& x, float* y);
-  // Y[t*ldy + r] = W[r] . X_t for r in [r0, r1), t in [t0, t1). Per element independent of the
-  // ranges (may differ from dotRows by rounding: different tiling of the same sums).
-  void (*matmul)(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int64_t r1, int64_t cols,
+  // Y[t*ldy + r] = rows[r] . X_t for r in [r0, r1), t in [t0, t1) (rows: one pointer per row). Per
+  // element independent of the ranges (may differ from dotRows by rounding: a different tiling).
+  void (*matmul)(int type, const uint8_t* const* rows, int64_t r0, int64_t r1, int64_t cols,
                  const Act* xs, int64_t t0, int64_t t1, float* Y, int64_t ldy);
   // out[c] += Σ_k coef[k] * W[idx[k], c] for c in [c0, c1) (block aligned for Q types), k ascending.
   void (*axpyRows)(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t nIdx,
@@ -62,14 +58,14 @@ struct Kernels {
   void (*gated)(int kind, const float* g, const float* u, float* out, int64_t n);
   void (*add)(const float* a, const float* b, float* out, int64_t n);
   // O[t*ldo + c] += Σ_n H_t[n] · W[n][c] for c in [c0, c1) (c0 a multiple of 16), t in [0, nTok):
-  // the rows W[0..nRows) are the reduction (a pack's neuron-major down columns).
+  // the rows W[n] = rows[n], n < nRows, are the reduction (a pack's neuron-major down columns).
   //   F32/F16: xs[t].f = H_t;  acc = O[t, c];  for n ascending: acc = fma(H_t[n], W[n][c], acc).
   //   Q4_0/Q8_0: each group G of 32 rows is requantised per column to int8 (s = amax/127 of the
   //   32 values, q = round(v/s)), xs[t] is H_t quantised to Q8_0 over nRows rounded up to 32
   //   (zeros past nRows), and acc = O[t, c]; for G ascending:
   //   acc = fma(float(Σ_{n∈G} q[n][c]·hq[t][n]), s[G][c]·d_t[G], acc)   (integer dots exact).
   // Either way the same bits at every level and whatever the column range.
-  void (*matmulTAcc)(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int64_t c0, int64_t c1,
+  void (*matmulTAcc)(int type, const uint8_t* const* rows, int64_t nRows, int64_t c0, int64_t c1,
                      const Act* xs, int64_t nTok, float* O, int64_t ldo);
 };
 

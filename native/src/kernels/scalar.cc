@@ -131,10 +131,10 @@ static void dotRows(int type, const uint8_t* W, size_t rowBytes, const int32_t* 
   }
 }
 
-static void matmul(int type, const uint8_t* W, size_t rowBytes, int64_t r0, int64_t r1, int64_t cols,
+static void matmul(int type, const uint8_t* const* rows, int64_t r0, int64_t r1, int64_t cols,
                    const Act* xs, int64_t t0, int64_t t1, float* Y, int64_t ldy) {
   for (int64_t r = r0; r < r1; r++)
-    for (int64_t t = t0; t < t1; t++) Y[t * ldy + r] = dotRow(type, W + (size_t)r * rowBytes, cols, xs[t]);
+    for (int64_t t = t0; t < t1; t++) Y[t * ldy + r] = dotRow(type, rows[r], cols, xs[t]);
 }
 
 // ---- dequantisation / axpy ----------------------------------------------------------
@@ -304,13 +304,13 @@ static float weightAt(int type, const uint8_t* row, int64_t c) {
   }
 }
 
-static void matmulTAcc(int type, const uint8_t* W, size_t rowBytes, int64_t nRows, int64_t c0, int64_t c1,
+static void matmulTAcc(int type, const uint8_t* const* rows, int64_t nRows, int64_t c0, int64_t c1,
                        const Act* xs, int64_t nTok, float* O, int64_t ldo) {
   if (!typeQuantized(type)) {
     for (int64_t c = c0; c < c1; c++)
       for (int64_t t = 0; t < nTok; t++) {
         float acc = O[t * ldo + c];
-        for (int64_t n = 0; n < nRows; n++) acc = std::fma(xs[t].f[n], weightAt(type, W + (size_t)n * rowBytes, c), acc);
+        for (int64_t n = 0; n < nRows; n++) acc = std::fma(xs[t].f[n], weightAt(type, rows[n], c), acc);
         O[t * ldo + c] = acc;
       }
     return;
@@ -323,7 +323,7 @@ static void matmulTAcc(int type, const uint8_t* W, size_t rowBytes, int64_t nRow
       float v[QK], amax = 0.0f;
       for (int j = 0; j < QK; j++) {
         const int64_t n = g * QK + j;
-        v[j] = n < nRows ? weightAt(type, W + (size_t)n * rowBytes, c) : 0.0f;
+        v[j] = n < nRows ? weightAt(type, rows[n], c) : 0.0f;
         amax = std::max(amax, std::fabs(v[j]));
       }
       s[(size_t)g] = amax / 127.0f;

@@ -286,6 +286,7 @@ export class PipelineDecoder implements Decoder {
           stagingBytes: plan.stagingBytes,
           bundleScratch: ffn.scratch, // free during prefill: the decode scratch doubles as the dense FFN's
           bundleScratchBytes: ffnScratchBytes(pack.config.nFF, pack.config.nEmbd, plan.options.batchSize),
+          inPlace: this.kind !== "blocking",
         },
         threads: this.knobs.threads,
         slotFlags: cache.reads.flags,

@@ -55,6 +55,8 @@ const NONE_DONE: readonly AheadDone[] = Object.freeze([]) as readonly AheadDone[
 const NONE = 0;
 const GATE = 1;
 const FULL = 2;
+/** A neuron's state when its slot holds its whole bundle (state table, see stateTable). */
+export const NEURON_FULL = FULL;
 
 /** A batch of reads the cache hands to the I/O loader (deferred mode). */
 export type CacheBatch = ReadBatch;
@@ -78,6 +80,8 @@ export class NeuronCache {
   readonly pinned: boolean;
   /** The slotOf table's place in native memory (a worker maps fired neurons to up+down slots with it). */
   readonly slotTable: { buf: number; off: number };
+  /** The state table's place in native memory: (nLayer*nFF) u8, NEURON_FULL when the slot holds gate, up and down (the streamed prefill uses those in place). */
+  readonly stateTable: { buf: number; off: number };
   readonly staging: number; // native buffer: I/O lands here, then is copied into slots
   readonly aheadStaging: number; // native buffer for reads ahead (plan.readAheadBytes), else -1
   readonly tables: number; // native buffer holding the views below
@@ -166,6 +170,7 @@ export class NeuronCache {
     this.frameOf = take(clusters).fill(-1);
     this.frameOwner = take(F).fill(-1);
     this.frameUse = take(F);
+    this.stateTable = { buf: this.tables, off: o * 4 };
     this.state = n.viewU8(this.tables, o * 4, N);
     this.reads = new ReadBatcher({ loader: loader.id, staging: this.staging, stagingBytes: plan.stagingBytes, arena: this.arena, slotBytes: this.slotBytes, slots: S });
     this.gateRows = this.pinned ? { buf: this.gates, rows: N, stride: plan.gateRowBytes } : { buf: this.arena, rows: S, stride: this.slotBytes };
@@ -488,6 +493,11 @@ export class NeuronCache {
   /** The slot holding neuron g (= layer·nFF + pack position), or -1. */
   slotOfNeuron(g: number): number {
     return this.slotOf[g]!;
+  }
+
+  /** Whether the slot of neuron g (layer·nFF + pack position) holds its whole bundle (gate, up and down). */
+  holdsWhole(g: number): boolean {
+    return this.slotOf[g]! >= 0 && this.state[g] === FULL;
   }
 
   /** Neurons resident per layer right now (tests, stats). */

@@ -71,9 +71,9 @@ export function batchRows(cap: number, nTok: number): number {
   return r >= DOWN_GROUP ? r - (r % DOWN_GROUP) : Math.max(1, r);
 }
 
-/** Bytes of bundle scratch for batches of up to `batchSize` tokens to take PREFILL_ROWS neurons per call. */
+/** Bytes of bundle scratch for batches of up to `batchSize` tokens to take PREFILL_ROWS neurons per call: 4 i32 tables of n_ff (steps.ts BundleScratch), then g, u, h. */
 export function bundleScratchBytes(nFF: number, batchSize: number): number {
-  return (nFF + 3 * PREFILL_ROWS * batchSize) * 4;
+  return (4 * nFF + 3 * PREFILL_ROWS * batchSize) * 4;
 }
 
 /** Names of the per-token scratch vectors, each (max(n_ff, n_embd)) 4-byte values. */
@@ -82,8 +82,8 @@ export type FfnScratchOffsets = Record<(typeof FFN_SCRATCH)[number], number>;
 
 /**
  * Bytes of the sparse-FFN scratch (the memory plan counts this): one token's vectors, or the
- * bundle scratch of a streamed prefill of `batchSize` tokens (bundleScratchBytes: an
- * iota of n_ff, then g, u, h of PREFILL_ROWS neurons per token), whichever is larger.
+ * bundle scratch of a streamed prefill of `batchSize` tokens (bundleScratchBytes: tables
+ * of n_ff, then g, u, h of PREFILL_ROWS neurons per token), whichever is larger.
  */
 export function ffnScratchBytes(nFF: number, dim: number, batchSize: number): number {
   return Math.max(FFN_SCRATCH.length * Math.max(nFF, dim) * 4, bundleScratchBytes(nFF, batchSize));
@@ -114,6 +114,7 @@ export interface FfnLayout extends BundleLayout {
   gateRows: { buf: number; rows: number; stride: number }; // where gate rows are (pinned rows, or the arena's slots)
   pinned: boolean; // gate rows pinned: slots[k] index gateRows, fired neurons' slots come from slotOf
   slotOf: { buf: number; off: number }; // (nLayer·nFF) i32: slot of (layer, pack position) or -1
+  stateOf: { buf: number; off: number }; // (nLayer·nFF) u8: NEURON_FULL when that slot holds the whole bundle
   scratch: number; // scratch buffer (createFfnScratch)
   off: FfnScratchOffsets;
   pred?: PredictorWeights;

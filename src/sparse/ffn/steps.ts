@@ -173,24 +173,65 @@ export class FfnSteps {
   }
 }
 
-/** Scratch for bundleRange: iota (n_ff) i32, then g, u, h (cap f32 each: a batch of tokens takes cap / nTok neurons at a time). */
+/**
+ * Scratch for bundleRange / bundleBatch, i32 tables of n_ff then f32 values:
+ *   iota (p), staged (-1-p: every row from the staging source), selGate and selUpDown (a batch's
+ *   row picks, written by its caller), then g, u, h (cap f32 each: a batch of tokens takes
+ *   batchRows(cap, nTok) neurons at a time).
+ */
 export interface BundleScratch {
   buf: number;
   iota: number;
+  staged: number;
+  selGate: number;
+  selUpDown: number;
   g: number;
   u: number;
   h: number;
   cap: number;
 }
 
-/** Lay out (and fill the iota of) bundle scratch in `bytes` bytes at `at` in `buf`. */
+/** Lay out (and fill iota and staged of) bundle scratch in `bytes` bytes at `at` in `buf`. */
 export function createBundleScratch(nFF: number, buf: number, at: number, bytes: number): BundleScratch {
-  const cap = Math.floor((bytes / 4 - nFF) / 3);
-  if (cap < 1) throw new RangeError(`bundle scratch: ${bytes} bytes cannot hold the iota of ${nFF} neurons and one value each`);
-  const s = { buf, iota: at, g: at + nFF * 4, u: at + (nFF + cap) * 4, h: at + (nFF + 2 * cap) * 4, cap };
-  const iota = native().viewI32(buf, s.iota, nFF);
-  for (let i = 0; i < nFF; i++) iota[i] = i;
+  const cap = Math.floor((bytes / 4 - 4 * nFF) / 3);
+  if (cap < 1) throw new RangeError(`bundle scratch: ${bytes} bytes cannot hold 4 tables of ${nFF} neurons and one value each`);
+  const t = (i: number) => at + i * nFF * 4;
+  const s = { buf, iota: t(0), staged: t(1), selGate: t(2), selUpDown: t(3), g: t(4), u: t(4) + cap * 4, h: t(4) + 2 * cap * 4, cap };
+  fillTables(s, nFF);
   return s;
+}
+
+/** (Re)write iota and staged (decode's steps may share the memory and write over them). */
+export function fillTables(s: BundleScratch, nFF: number): void {
+  const n = native();
+  const iota = n.viewI32(s.buf, s.iota, nFF), staged = n.viewI32(s.buf, s.staged, nFF);
+  for (let i = 0; i < nFF; i++) {
+    iota[i] = i;
+    staged[i] = -1 - i;
+  }
+}
+
+/** Rows of one strided buffer: row r at off + r·stride, r < rows. */
+export interface RowSource {
+  buf: number;
+  off: number;
+  stride: number;
+  rows: number;
+}
+
+/**
+ * Where a batch's bundle rows are, position by position (native matmulSel): sel[i] >= 0 picks row
+ * sel[i] of the resident source (the cache: gate rows pinned or in slots, up and down in slots),
+ * sel[i] < 0 bundle -1-sel[i] of the staging source. selGate and selUpDown are byte offsets of
+ * the picks in the scratch's buffer (pinned gate rows are picked apart from the slots).
+ */
+export interface BatchRows {
+  gate: RowSource;
+  up: RowSource;
+  down: RowSource;
+  staging: { buf: number; off: number; bundles: number };
+  selGate: number;
+  selUpDown: number;
 }
 
 /**
@@ -210,15 +251,32 @@ export function bundleRange(L: BundleLayout, src: number, srcOff: number, count:
     n.axpyRows(L.downType, src, srcOff + L.gateBlock + L.upBytes, count, L.dim, s.buf, s.iota, count, s.buf, s.h, rs.buf, rs.o, B);
     return;
   }
+  // a batch: every row from the staging source (src itself)
+  const staging = { buf: src, off: srcOff, bundles: count };
+  const none = { buf: src, off: 0, stride: B, rows: 0 };
+  bundleBatch(L, { gate: none, up: none, down: none, staging, selGate: s.staged, selUpDown: s.staged }, count, rs, nTok, s);
+}
+
+/**
+ * Every neuron of `count` positions for a batch of tokens, each position's rows where `rows` picks
+ * them (resident in the cache or in staging): GEMMs over batchRows rows at a time —
+ *   g = W_gate · xb;  u = W_up · xb;  h = act(g) · u;  o += h · W_down
+ * (int8 VNNI panels; the down rows requantised 32 at a time, so calls at multiples of DOWN_GROUP
+ * give the bits of one call). The same bits wherever a row is.
+ */
+export function bundleBatch(L: BundleLayout, rows: BatchRows, count: number, rs: { buf: number; xb: number; o: number }, nTok: number, s: BundleScratch): void {
+  const n = native();
+  const B = L.bundleBytes;
+  const { gate, up, down, staging: st } = rows;
   const per = batchRows(s.cap, nTok);
   for (let a = 0; a < count; a += per) {
     const m = Math.min(per, count - a);
-    const off = srcOff + a * B;
+    const sg = rows.selGate + a * 4, su = rows.selUpDown + a * 4;
     // g, u: (nTok, m)
-    n.matmul(L.gateType, src, off, m, L.dim, rs.buf, rs.xb, nTok, s.buf, s.g, B);
-    n.matmul(L.upType, src, off + L.gateBlock, m, L.dim, rs.buf, rs.xb, nTok, s.buf, s.u, B);
+    n.matmulSel(L.gateType, gate.buf, gate.off, gate.stride, gate.rows, st.buf, st.off, B, st.bundles, s.buf, sg, m, L.dim, rs.buf, rs.xb, nTok, s.buf, s.g);
+    n.matmulSel(L.upType, up.buf, up.off, up.stride, up.rows, st.buf, st.off + L.gateBlock, B, st.bundles, s.buf, su, m, L.dim, rs.buf, rs.xb, nTok, s.buf, s.u);
     n.gatedAct(L.kind, s.buf, s.g, s.buf, s.u, s.buf, s.h, nTok * m);
     // o += h · down rows (int8 panels, requantised per 32 rows)
-    n.matmulTAcc(L.downType, src, off + L.gateBlock + L.upBytes, m, L.dim, s.buf, s.h, m, nTok, rs.buf, rs.o, B);
+    n.matmulTAccSel(L.downType, down.buf, down.off, down.stride, down.rows, st.buf, st.off + L.gateBlock + L.upBytes, B, st.bundles, s.buf, su, m, L.dim, s.buf, s.h, m, nTok, rs.buf, rs.o);
   }
 }

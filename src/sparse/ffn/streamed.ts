@@ -9,13 +9,16 @@
 //                        read c1    | read c2    | … | read L+1's c0
 //
 // Bundles hold gate, up and down of a neuron together in pack order (formats.md), so a chunk of
-// bundles is what the GEMMs take with a row stride: no re-layout pass. The staging is the memory
-// plan's I/O staging (decode reads none while a prompt is evaluated), so prefill holds nothing
-// the budget does not count.
+// bundles is what the GEMMs take with a row stride: no re-layout pass. Neurons the cache holds
+// whole are used in place (inPlace): a chunk reads only the runs of the others, and the GEMMs
+// pick each position's rows from the cache or the staging (bundleBatch). The staging is the
+// memory plan's I/O staging (decode reads none while a prompt is evaluated), so prefill holds
+// nothing the budget does not count.
 import { native } from "../../native.js";
 import { nowUs } from "../../trace/recorder.js";
-import { DOWN_GROUP, type BundleLayout } from "./layout.js";
-import { bundleRange, type BundleScratch } from "./steps.js";
+import { NEURON_FULL } from "../cache/neuron-cache.js";
+import { DOWN_GROUP, type FfnLayout } from "./layout.js";
+import { bundleBatch, fillTables, type BundleScratch } from "./steps.js";
 
 export interface StreamedFfnOptions {
   /** Native loader of the pack (direct I/O: offsets and lengths are 4 KiB multiples). */
@@ -26,12 +29,16 @@ export interface StreamedFfnOptions {
   /** File offset of each layer's first bundle. */
   layerOffsets: readonly number[];
   scratch: BundleScratch;
+  /** Use the neurons the cache holds whole in place instead of reading them. */
+  inPlace: boolean;
 }
 
 /** Bytes and reads of a streamed FFN, how long the computing thread waited for them, and per layer the time spent computing and reading. */
 export interface StreamedStats {
   bytes: number;
   reads: number;
+  /** Neurons taken from the cache in place (not read). */
+  inPlace: number;
   waitUs: number;
   /** Per layer, summed over runs: µs in the GEMMs, and µs the reads of its chunks took (in the background or not). */
   computeUs: number[];
@@ -42,18 +49,34 @@ export interface StreamedStats {
   chunks: number[];
 }
 
+/** A chunk of a layer: positions [start, end), the staged ones read into one half in runs. */
+interface Chunk {
+  start: number;
+  end: number;
+  /** Pack positions not resident, in order: the k-th lands at staging bundle k. */
+  staged: number[];
+}
+
+/** A layer's chunks and each position's resident slot (-1: read it). */
+interface LayerPlan {
+  layer: number;
+  slot: Int32Array;
+  chunks: Chunk[];
+}
+
 export class StreamedFfn {
-  /** Bundles per chunk (half the staging). */
+  /** Bundles a staging half holds (whole DOWN_GROUPs when the staging allows). */
   readonly chunk: number;
   readonly stats: StreamedStats;
   private readonly half: number;
-  private pending?: { ticket: number; layer: number; start: number; slot: number };
+  private pending?: { ticket: number; layer: number; index: number; slot: number };
   /** Keep every read's and chunk's interval in stats.spans / stats.chunks for a trace (takeSpans); off, nothing accumulates. */
   recordSpans = false;
   private slot = 0; // the half the next read goes to
+  private plans: LayerPlan[] = []; // this layer's and the next one's
 
   constructor(
-    readonly L: BundleLayout,
+    readonly L: FfnLayout,
     readonly o: StreamedFfnOptions,
   ) {
     // whole multiples of DOWN_GROUP bundles when the staging allows: the down GEMM's sums are
@@ -63,13 +86,13 @@ export class StreamedFfn {
     if (this.chunk < 1) throw new RangeError(`streamed FFN: a staging buffer of ${o.stagingBytes} bytes cannot hold two bundles of ${L.bundleBytes} bytes`);
     this.half = this.chunk * L.bundleBytes;
     const nLayer = o.layerOffsets.length;
-    this.stats = { bytes: 0, reads: 0, waitUs: 0, computeUs: new Array<number>(nLayer).fill(0), readUs: new Array<number>(nLayer).fill(0), spans: [], chunks: [] };
+    this.stats = { bytes: 0, reads: 0, inPlace: 0, waitUs: 0, computeUs: new Array<number>(nLayer).fill(0), readUs: new Array<number>(nLayer).fill(0), spans: [], chunks: [] };
   }
 
   /** Zero the statistics (a benchmark's measured runs). */
   resetStats(): void {
     const st = this.stats;
-    st.bytes = st.reads = st.waitUs = 0;
+    st.bytes = st.reads = st.inPlace = st.waitUs = 0;
     st.computeUs.fill(0);
     st.readUs.fill(0);
     st.spans.length = 0;
@@ -88,24 +111,25 @@ export class StreamedFfn {
   run(layer: number, rs: { buf: number; xb: number; o: number }, nTok: number): void {
     const n = native();
     const { L } = this;
+    const s = this.o.scratch;
     if (layer === 0) {
-      // the scratch may be shared with decode's steps, which wrote over the iota since
-      const s = this.o.scratch;
-      const iota = n.viewI32(s.buf, s.iota, L.nFF);
-      for (let i = 0; i < L.nFF; i++) iota[i] = i;
+      fillTables(s, L.nFF); // the scratch may be shared with decode's steps, which wrote over it
+      this.plans = [];
     }
     n.viewF32(rs.buf, rs.o, nTok * L.dim).fill(0);
-    for (let a = 0; a < L.nFF; a += this.chunk) {
-      const slot = this.arrive(layer, a);
+    const plan = this.planOf(layer);
+    for (let c = 0; c < plan.chunks.length; c++) {
+      const ch = plan.chunks[c]!;
+      const slot = this.arrive(plan, c);
       // the next chunk of this layer, or the first of the next one, into the other half
-      const next = a + this.chunk < L.nFF ? { layer, start: a + this.chunk } : layer + 1 < this.o.layerOffsets.length ? { layer: layer + 1, start: 0 } : undefined;
-      if (next) this.start(next.layer, next.start);
+      if (c + 1 < plan.chunks.length) this.start(plan, c + 1);
+      else if (layer + 1 < this.o.layerOffsets.length) this.start(this.planOf(layer + 1), 0);
       const t = nowUs();
-      const m = Math.min(this.chunk, L.nFF - a);
-      bundleRange(L, this.o.staging, slot * this.half, m, rs, nTok, this.o.scratch);
+      bundleBatch(L, this.pick(plan, ch, slot), ch.end - ch.start, rs, nTok, s);
       const t1 = nowUs();
       this.stats.computeUs[layer]! += t1 - t;
-      if (this.recordSpans) this.stats.chunks.push(t, t1, layer, m);
+      this.stats.inPlace += ch.end - ch.start - ch.staged.length;
+      if (this.recordSpans) this.stats.chunks.push(t, t1, layer, ch.end - ch.start);
     }
   }
 
@@ -117,44 +141,120 @@ export class StreamedFfn {
     native().readBatchWait(p.ticket);
   }
 
-  /** The half holding chunk (layer, start): the read in flight if it is that one, else read now. */
-  private arrive(layer: number, start: number): number {
+  /**
+   * A layer's chunks: positions in whole DOWN_GROUPs while the staged ones fit a half (a chunk of
+   * resident neurons only reads nothing), each position's slot when the cache holds it whole.
+   */
+  private planOf(layer: number): LayerPlan {
+    const known = this.plans.find((p) => p.layer === layer);
+    if (known) return known;
+    const { L } = this;
+    const nFF = L.nFF;
+    const slot = new Int32Array(nFF).fill(-1);
+    if (this.o.inPlace) {
+      const n = native();
+      const slotOf = n.viewI32(L.slotOf.buf, L.slotOf.off + layer * nFF * 4, nFF);
+      const state = n.viewU8(L.stateOf.buf, L.stateOf.off + layer * nFF, nFF);
+      for (let p = 0; p < nFF; p++) if (slotOf[p]! >= 0 && state[p] === NEURON_FULL) slot[p] = slotOf[p]!;
+    }
+    const chunks: Chunk[] = [];
+    const group = Math.min(DOWN_GROUP, this.chunk);
+    let cur: Chunk = { start: 0, end: 0, staged: [] };
+    for (let g = 0; g < nFF; g += group) {
+      const e = Math.min(nFF, g + group);
+      const staged: number[] = [];
+      for (let p = g; p < e; p++) if (slot[p]! < 0) staged.push(p);
+      if (cur.staged.length + staged.length > this.chunk) {
+        chunks.push(cur);
+        cur = { start: g, end: g, staged: [] };
+      }
+      cur.end = e;
+      for (const p of staged) cur.staged.push(p);
+    }
+    chunks.push(cur);
+    const plan = { layer, slot, chunks };
+    this.plans = [...this.plans.filter((p) => p.layer === layer - 1), plan];
+    return plan;
+  }
+
+  /** The row picks of a chunk whose staged bundles are in half `half` (BatchRows for bundleBatch). */
+  private pick(plan: LayerPlan, ch: Chunk, half: number) {
+    const { L } = this;
+    const n = native();
+    const s = this.o.scratch;
+    const m = ch.end - ch.start;
+    const selGate = n.viewI32(s.buf, s.selGate, m), selUD = n.viewI32(s.buf, s.selUpDown, m);
+    const pinned = L.pinned;
+    let k = 0;
+    for (let i = 0; i < m; i++) {
+      const p = ch.start + i;
+      const sl = plan.slot[p]!;
+      const v = sl >= 0 ? sl : -1 - k++;
+      selUD[i] = v;
+      selGate[i] = pinned ? plan.layer * L.nFF + p : v;
+    }
+    const gr = L.gateRows;
+    return {
+      gate: { buf: gr.buf, off: 0, stride: gr.stride, rows: gr.rows },
+      up: { buf: L.arena, off: L.upOffset, stride: L.slotBytes, rows: L.slots },
+      down: { buf: L.arena, off: L.downOffset, stride: L.slotBytes, rows: L.slots },
+      staging: { buf: this.o.staging, off: half * this.half, bundles: ch.staged.length },
+      selGate: s.selGate,
+      selUpDown: s.selUpDown,
+    };
+  }
+
+  /** The half holding chunk `index` of `plan`: the read in flight if it is that one, else read now (none to read: either half). */
+  private arrive(plan: LayerPlan, index: number): number {
     const p = this.pending;
-    if (p && p.layer === layer && p.start === start) {
+    if (p && p.layer === plan.layer && p.index === index) {
       this.pending = undefined;
       const t = nowUs();
       const r = native().readBatchWait(p.ticket);
       this.stats.waitUs += nowUs() - t;
-      if (this.recordSpans) this.stats.spans.push({ layer, t0: r.t0, t1: r.t1, bytes: r.bytes, background: true });
-      this.stats.readUs[layer]! += r.t1 - r.t0;
+      if (this.recordSpans) this.stats.spans.push({ layer: plan.layer, t0: r.t0, t1: r.t1, bytes: r.bytes, background: true });
+      this.stats.readUs[plan.layer]! += r.t1 - r.t0;
       return p.slot;
     }
     this.finish(); // a read of something else (a forward that ended early): let it land first
+    const req = this.request(plan, index, this.slot);
+    if (!req) return this.slot;
     const slot = this.slot;
     this.slot ^= 1;
     const t = nowUs();
-    const req = this.request(layer, start, slot);
-    native().readBatch(this.o.loader, req);
+    native().readBatch(this.o.loader, req.request);
     const t1 = nowUs();
     this.stats.waitUs += t1 - t;
-    this.stats.readUs[layer]! += t1 - t;
-    if (this.recordSpans) this.stats.spans.push({ layer, t0: t, t1, bytes: req[1]!, background: false });
+    this.stats.readUs[plan.layer]! += t1 - t;
+    if (this.recordSpans) this.stats.spans.push({ layer: plan.layer, t0: t, t1, bytes: req.bytes, background: false });
     return slot;
   }
 
-  private start(layer: number, start: number): void {
+  private start(plan: LayerPlan, index: number): void {
+    const req = this.request(plan, index, this.slot);
+    if (!req) return; // nothing to read: the chunk is resident
     const slot = this.slot;
     this.slot ^= 1;
-    const ticket = native().readBatchStart(this.o.loader, this.request(layer, start, slot), this.o.staging, this.o.staging, new Float64Array());
-    this.pending = { ticket, layer, start, slot };
+    const ticket = native().readBatchStart(this.o.loader, req.request, this.o.staging, this.o.staging, new Float64Array());
+    this.pending = { ticket, layer: plan.layer, index, slot };
   }
 
-  /** One sequential read of chunk (layer, start) into half `slot`. */
-  private request(layer: number, start: number, slot: number): Float64Array {
+  /** Sequential reads of a chunk's staged bundles (one per run of consecutive positions) into half `slot`; undefined when none. */
+  private request(plan: LayerPlan, index: number, slot: number): { request: Float64Array; bytes: number } | undefined {
     const { L } = this;
-    const m = Math.min(this.chunk, L.nFF - start);
-    this.stats.bytes += m * L.bundleBytes;
-    this.stats.reads++;
-    return Float64Array.of(this.o.layerOffsets[layer]! + start * L.bundleBytes, m * L.bundleBytes, this.o.staging, slot * this.half);
+    const staged = plan.chunks[index]!.staged;
+    if (staged.length === 0) return undefined;
+    const B = L.bundleBytes;
+    const base = this.o.layerOffsets[plan.layer]!;
+    const out: number[] = [];
+    for (let k = 0; k < staged.length; ) {
+      let e = k + 1;
+      while (e < staged.length && staged[e] === staged[e - 1]! + 1) e++;
+      out.push(base + staged[k]! * B, (e - k) * B, this.o.staging, slot * this.half + k * B);
+      this.stats.reads++;
+      k = e;
+    }
+    this.stats.bytes += staged.length * B;
+    return { request: Float64Array.from(out), bytes: staged.length * B };
   }
 }
