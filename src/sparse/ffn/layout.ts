@@ -71,9 +71,12 @@ export function batchRows(cap: number, nTok: number): number {
   return r >= DOWN_GROUP ? r - (r % DOWN_GROUP) : Math.max(1, r);
 }
 
-/** Bytes of bundle scratch for batches of up to `batchSize` tokens to take PREFILL_ROWS neurons per call: 4 i32 tables of n_ff (steps.ts BundleScratch), then g, u, h. */
+/**
+ * Bytes of bundle scratch (steps.ts BundleScratch): 4 i32 tables of n_ff, then g, u, h for one
+ * token's n_ff neurons or a batch of up to `batchSize` tokens' PREFILL_ROWS, whichever is more.
+ */
 export function bundleScratchBytes(nFF: number, batchSize: number): number {
-  return (4 * nFF + 3 * PREFILL_ROWS * batchSize) * 4;
+  return (4 * nFF + 3 * Math.max(nFF, PREFILL_ROWS * batchSize)) * 4;
 }
 
 /** Names of the per-token scratch vectors, each (max(n_ff, n_embd)) 4-byte values. */
