@@ -61,11 +61,15 @@ export interface PredictorWeights {
  */
 export const DOWN_GROUP = 32;
 /**
- * Neurons a batch of tokens takes per GEMM call, at most (the scratch holds g, u, h of this many
- * per token: ffnScratchBytes). Each call quantises the batch's activations again: 128 per call
- * was 1.5x slower than 512 on the 7B; 256 is within 10% of it.
+ * Neurons a batch of tokens takes per GEMM call, at most. Each call quantises the batch's
+ * activations again: on the 7B's gate rows (128 tokens) 256 per call ran at 0.70x the GFLOP/s of
+ * 2048, 1024 at 0.98x. The scratch holds g, u, h of prefillRows(n_ff) per token of the plan's
+ * batch (ffnScratchBytes): 1024 from n_ff 8192 up, 256 below 2048 (small models, small budgets).
  */
-export const PREFILL_ROWS = 256;
+export const PREFILL_ROWS = 1024;
+export function prefillRows(nFF: number): number {
+  return Math.min(PREFILL_ROWS, Math.max(256, Math.floor(nFF / 8 / DOWN_GROUP) * DOWN_GROUP));
+}
 export function batchRows(cap: number, nTok: number): number {
   const r = Math.min(PREFILL_ROWS, Math.floor(cap / nTok));
   return r >= DOWN_GROUP ? r - (r % DOWN_GROUP) : Math.max(1, r);
@@ -73,10 +77,10 @@ export function batchRows(cap: number, nTok: number): number {
 
 /**
  * Bytes of bundle scratch (steps.ts BundleScratch): 4 i32 tables of n_ff, then g, u, h for one
- * token's n_ff neurons or a batch of up to `batchSize` tokens' PREFILL_ROWS, whichever is more.
+ * token's n_ff neurons or a batch of up to `batchSize` tokens' prefillRows(n_ff), whichever is more.
  */
 export function bundleScratchBytes(nFF: number, batchSize: number): number {
-  return (4 * nFF + 3 * Math.max(nFF, PREFILL_ROWS * batchSize)) * 4;
+  return (4 * nFF + 3 * Math.max(nFF, prefillRows(nFF) * batchSize)) * 4;
 }
 
 /** Names of the per-token scratch vectors, each (max(n_ff, n_embd)) 4-byte values. */
@@ -86,7 +90,7 @@ export type FfnScratchOffsets = Record<(typeof FFN_SCRATCH)[number], number>;
 /**
  * Bytes of the sparse-FFN scratch (the memory plan counts this): one token's vectors, or the
  * bundle scratch of a streamed prefill of `batchSize` tokens (bundleScratchBytes: tables
- * of n_ff, then g, u, h of PREFILL_ROWS neurons per token), whichever is larger.
+ * of n_ff, then g, u, h of prefillRows(n_ff) neurons per token), whichever is larger.
  */
 export function ffnScratchBytes(nFF: number, dim: number, batchSize: number): number {
   return Math.max(FFN_SCRATCH.length * Math.max(nFF, dim) * 4, bundleScratchBytes(nFF, batchSize));
