@@ -85,6 +85,24 @@ async function childNeuronpipe(spec) {
       out.lengths[n].layers = { computeMs: st.computeUs.map((u) => u / 1000 / reps), readMs: st.readUs.map((u) => u / 1000 / reps), waitMs: st.waitUs / 1000 / reps, readBytes: st.bytes / reps };
     }
   }
+  if (!spec.tokenAtATime) {
+    // issue 15: the first decode token after a prompt against the ones after it (no gap); the
+    // second time, so that the decode path's one-time costs (JIT, first touches) are not counted
+    const next = ps[lengths.at(-1)];
+    let ms = [];
+    for (let round = 0; round < 2; round++) {
+      s.reset();
+      s.evaluate(ps[lengths[0]]);
+      ms = [];
+      for (let i = 0; i < 9; i++) {
+        const t = performance.now();
+        s.evaluate([next[i]]);
+        ms.push(performance.now() - t);
+      }
+    }
+    out.firstDecode = { firstMs: ms[0], nextMedianMs: median(ms.slice(1)) };
+    log(`${spec.id}: first decode token after ${lengths[0]} prompt tokens ${ms[0].toFixed(1)} ms, the next 8: median ${out.firstDecode.nextMedianMs.toFixed(1)} ms`);
+  }
   const sp = model.sparse;
   if (sp) {
     sp.sample();
