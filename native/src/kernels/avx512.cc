@@ -662,9 +662,12 @@ inline void axpyGroup(const uint8_t* const* r, const float* coef, const uint8_t*
   }
 }
 
-// Q4_0, block by block: each 32-column block of G rows is loaded once (16 bytes and its scale),
-// both halves dequantised exactly ((q - 8)·d fits a float) and taken into two accumulators that
-// stay in registers across the G rows; the same fma(coef_k, w_kc, ·) chain in k order as w16.
+// Q4_0, block by block: each 32-column block of G rows is loaded once (16 bytes and its scale)
+// and taken into two accumulators that stay in registers across the G rows; the same
+// fma(coef_k, w_kc, ·) chain in k order as w16. w = (q - 8)·d comes from a 16-entry table of the
+// block, (i - 8)·d for i < 16 (the same exact products), looked up by vpermps, which reads only
+// the low 4 bits of each index: the bytes widened to 32 bits index the low nibbles as they are
+// and, shifted right by 4, the high ones — no masking, no per-half convert and multiply.
 template <int G>
 inline void axpyGroupQ4(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext, size_t lo,
                         size_t hi, int64_t b0, int64_t b1, float* out) {
@@ -672,7 +675,7 @@ inline void axpyGroupQ4(const uint8_t* const* r, const float* coef, const uint8_
   for (int j = 0; j < G; j++) a[j] = _mm512_set1_ps(coef[j]);
   (void)lo;
   (void)hi;
-  const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  const __m512 centred = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
   for (int64_t b = b0; b < b1; b++) {
     if (((b - b0) & 3) == 0) {  // the next rows, at the pace these are consumed (72 bytes per 4 blocks)
       for (int j = 0; j < nNext; j++) {
@@ -685,12 +688,40 @@ inline void axpyGroupQ4(const uint8_t* const* r, const float* coef, const uint8_
     #pragma GCC unroll 8
     for (int j = 0; j < G; j++) {
       const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(r[j]) + b;
+      const __m512 table = _mm512_mul_ps(centred, _mm512_cvtph_ps(_mm256_set1_epi16((short)blk->d)));
+      const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs)));
+      accLo = _mm512_fmadd_ps(a[j], _mm512_permutexvar_ps(q, table), accLo);
+      accHi = _mm512_fmadd_ps(a[j], _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table), accHi);
+    }
+    _mm512_storeu_ps(out + b * QK, accLo);
+    _mm512_storeu_ps(out + b * QK + 16, accHi);
+  }
+}
+
+// Q8_0 likewise: the block's 32 bytes and its scale once per row (hardware fp16 conversion).
+template <int G>
+inline void axpyGroupQ8(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext,
+                        int64_t b0, int64_t b1, float* out) {
+  __m512 a[G];
+  for (int j = 0; j < G; j++) a[j] = _mm512_set1_ps(coef[j]);
+  for (int64_t b = b0; b < b1; b++) {
+    if (((b - b0) & 1) == 0) {  // the next rows, at the pace these are consumed (68 bytes per 2 blocks)
+      for (int j = 0; j < nNext; j++) {
+        const char* p = reinterpret_cast<const char*>(next[j] + b * sizeof(BlockQ8_0));
+        _mm_prefetch(p, _MM_HINT_T0);
+        _mm_prefetch(p + 64, _MM_HINT_T0);
+      }
+    }
+    __m512 accLo = _mm512_loadu_ps(out + b * QK), accHi = _mm512_loadu_ps(out + b * QK + 16);
+    #pragma GCC unroll 8
+    for (int j = 0; j < G; j++) {
+      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(r[j]) + b;
       const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)blk->d));
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
-      const __m128i ql = _mm_sub_epi8(_mm_and_si128(q, m4), eight);
-      const __m128i qh = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight);
-      accLo = _mm512_fmadd_ps(a[j], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ql)), d), accLo);
-      accHi = _mm512_fmadd_ps(a[j], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(qh)), d), accHi);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+      const __m512 wl = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d);
+      const __m512 wh = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d);
+      accLo = _mm512_fmadd_ps(a[j], wl, accLo);
+      accHi = _mm512_fmadd_ps(a[j], wh, accHi);
     }
     _mm512_storeu_ps(out + b * QK, accLo);
     _mm512_storeu_ps(out + b * QK + 16, accHi);
@@ -717,6 +748,24 @@ void axpyRowsT(const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t nI
     for (; k < nIdx; k++) {
       rows[0] = rowAt(k);
       axpyGroupQ4<1>(rows, coef + k, rows, 0, lo, hi, b0, b1, out);
+    }
+    return;
+  }
+  if constexpr (TYPE == T_Q8_0) {
+    constexpr int G = 8;
+    const int64_t b0 = c0 / QK, b1 = (c1 + QK - 1) / QK;
+    const uint8_t* rows[2 * G];
+    auto rowAt = [&](int64_t k) { return W + (size_t)idx[k] * rowBytes; };
+    int64_t k = 0;
+    for (; k + G <= nIdx; k += G) {
+      int nNext = 0;
+      for (int j = 0; j < G; j++) rows[j] = rowAt(k + j);
+      for (int64_t q = k + G; q < std::min(nIdx, k + 2 * G); q++) rows[G + nNext++] = rowAt(q);
+      axpyGroupQ8<G>(rows, coef + k, rows + G, nNext, b0, b1, out);
+    }
+    for (; k < nIdx; k++) {
+      rows[0] = rowAt(k);
+      axpyGroupQ8<1>(rows, coef + k, rows, 0, b0, b1, out);
     }
     return;
   }
