@@ -617,29 +617,10 @@ void matmul(int type, const uint8_t* const* rows, int64_t r0, int64_t r1, int64_
 
 // ---- axpyRows: out[c] = fma(coef_k, w_kc, out[c]) for k ascending -------------------------
 
-inline __m512 dequantQ4Half(const BlockQ4_0* blk, int hi, __m512 d) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
-  const __m128i n = hi ? _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F)) : _mm_and_si128(q, _mm_set1_epi8(0x0F));
-  const __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(n), _mm512_set1_epi32(8));
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(v), d);
-}
-inline __m512 dequantQ8Half(const BlockQ8_0* blk, int hi, __m512 d) {
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs + 16 * hi));
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
-}
-
-// 16 weights of one row at column c (c a multiple of 16; m < 16 only at the end of a float row).
+// 16 weights of a float row at column c (m < 16 only at the end of the row).
 template <int TYPE>
 inline __m512 w16(const uint8_t* row, int64_t c, __mmask16 m) {
-  if constexpr (TYPE == T_Q4_0) {
-    const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + c / QK;
-    return dequantQ4Half(blk, (int)((c / 16) & 1), _mm512_set1_ps(fp16ToF32(blk->d)));
-  } else if constexpr (TYPE == T_Q8_0) {
-    const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + c / QK;
-    return dequantQ8Half(blk, (int)((c / 16) & 1), _mm512_set1_ps(fp16ToF32(blk->d)));
-  } else {
-    return m == 0xFFFF ? loadW<TYPE == T_F16>(row, c) : loadWMask<TYPE == T_F16>(row, c, m);
-  }
+  return m == 0xFFFF ? loadW<TYPE == T_F16>(row, c) : loadWMask<TYPE == T_F16>(row, c, m);
 }
 
 // Rows are scattered (cache slots), so they are streamed: G rows at a time run over the
@@ -662,52 +643,44 @@ inline void axpyGroup(const uint8_t* const* r, const float* coef, const uint8_t*
   }
 }
 
-// Q4_0, block by block: each 32-column block of G rows is loaded once (16 bytes and its scale)
-// and taken into two accumulators that stay in registers across the G rows; the same
-// fma(coef_k, w_kc, ·) chain in k order as w16. w = (q - 8)·d comes from a 16-entry table of the
-// block, (i - 8)·d for i < 16 (the same exact products), looked up by vpermps, which reads only
-// the low 4 bits of each index: the bytes widened to 32 bits index the low nibbles as they are
-// and, shifted right by 4, the high ones — no masking, no per-half convert and multiply.
-template <int G>
-inline void axpyGroupQ4(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext, size_t lo,
-                        size_t hi, int64_t b0, int64_t b1, float* out) {
-  __m512 a[G];
-  for (int j = 0; j < G; j++) a[j] = _mm512_set1_ps(coef[j]);
-  (void)lo;
-  (void)hi;
-  const __m512 centred = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-  for (int64_t b = b0; b < b1; b++) {
-    if (((b - b0) & 3) == 0) {  // the next rows, at the pace these are consumed (72 bytes per 4 blocks)
-      for (int j = 0; j < nNext; j++) {
-        const char* p = reinterpret_cast<const char*>(next[j] + b * sizeof(BlockQ4_0));
-        _mm_prefetch(p, _MM_HINT_T0);
-        _mm_prefetch(p + 64, _MM_HINT_T0);
-      }
-    }
-    __m512 accLo = _mm512_loadu_ps(out + b * QK), accHi = _mm512_loadu_ps(out + b * QK + 16);
-    #pragma GCC unroll 8
-    for (int j = 0; j < G; j++) {
-      const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(r[j]) + b;
-      const __m512 table = _mm512_mul_ps(centred, _mm512_cvtph_ps(_mm256_set1_epi16((short)blk->d)));
-      const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs)));
-      accLo = _mm512_fmadd_ps(a[j], _mm512_permutexvar_ps(q, table), accLo);
-      accHi = _mm512_fmadd_ps(a[j], _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table), accHi);
-    }
-    _mm512_storeu_ps(out + b * QK, accLo);
-    _mm512_storeu_ps(out + b * QK + 16, accHi);
+// Quantised rows, block by block: each 32-column block of G rows is loaded once (its bytes and
+// scale) and its two halves taken into two accumulators that stay in registers across the G rows;
+// the same fma(coef_k, w_kc, ·) chain in k order as w16, w_kc the exact (q - 8)·d or q·d.
+// Q4_0: w comes from a 16-entry table of the block, (i - 8)·d for i < 16, looked up by vpermps,
+// which reads only the low 4 bits of each index: the bytes widened to 32 bits index the low
+// nibbles as they are and, shifted right by 4, the high ones — no masking, no per-half convert
+// and multiply. Q8_0: the 32 bytes widened, converted and scaled (hardware fp16 scale).
+template <int TYPE>
+inline void blockWeights(const uint8_t* row, int64_t b, __m512& lo, __m512& hi) {
+  if constexpr (TYPE == T_Q4_0) {
+    const __m512 centred = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+    const __m512 table = _mm512_mul_ps(centred, _mm512_cvtph_ps(_mm256_set1_epi16((short)blk->d)));
+    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs)));
+    lo = _mm512_permutexvar_ps(q, table);
+    hi = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
+  } else {
+    const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+    const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)blk->d));
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d);
+    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d);
   }
 }
 
-// Q8_0 likewise: the block's 32 bytes and its scale once per row (hardware fp16 conversion).
-template <int G>
-inline void axpyGroupQ8(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext,
-                        int64_t b0, int64_t b1, float* out) {
+template <int TYPE, int G>
+inline void axpyGroupBlocks(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext,
+                            int64_t b0, int64_t b1, float* out) {
+  constexpr size_t kBlock = TYPE == T_Q4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  // the next rows, at the pace these are consumed: two lines every ~64 bytes of blocks (Q4_0 4
+  // blocks = 72 bytes, Q8_0 2 = 68), so each line is asked for twice (every 128 bytes: 10% slower)
+  constexpr int64_t kPace = (64 + kBlock - 1) / kBlock;
   __m512 a[G];
   for (int j = 0; j < G; j++) a[j] = _mm512_set1_ps(coef[j]);
   for (int64_t b = b0; b < b1; b++) {
-    if (((b - b0) & 1) == 0) {  // the next rows, at the pace these are consumed (68 bytes per 2 blocks)
+    if ((b - b0) % kPace == 0) {
       for (int j = 0; j < nNext; j++) {
-        const char* p = reinterpret_cast<const char*>(next[j] + b * sizeof(BlockQ8_0));
+        const char* p = reinterpret_cast<const char*>(next[j] + b * kBlock);
         _mm_prefetch(p, _MM_HINT_T0);
         _mm_prefetch(p + 64, _MM_HINT_T0);
       }
@@ -715,11 +688,8 @@ inline void axpyGroupQ8(const uint8_t* const* r, const float* coef, const uint8_
     __m512 accLo = _mm512_loadu_ps(out + b * QK), accHi = _mm512_loadu_ps(out + b * QK + 16);
     #pragma GCC unroll 8
     for (int j = 0; j < G; j++) {
-      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(r[j]) + b;
-      const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)blk->d));
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-      const __m512 wl = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d);
-      const __m512 wh = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d);
+      __m512 wl, wh;
+      blockWeights<TYPE>(r[j], b, wl, wh);
       accLo = _mm512_fmadd_ps(a[j], wl, accLo);
       accHi = _mm512_fmadd_ps(a[j], wh, accHi);
     }
@@ -731,11 +701,10 @@ inline void axpyGroupQ8(const uint8_t* const* r, const float* coef, const uint8_
 template <int TYPE>
 void axpyRowsT(const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t nIdx, const float* coef, int64_t c0,
                int64_t c1, float* out) {
-  if constexpr (TYPE == T_Q4_0) {
+  if constexpr (TYPE == T_Q4_0 || TYPE == T_Q8_0) {
     // c0 and c1 are block aligned for Q types (dispatch splits columns by blocks)
     constexpr int G = 8;
     const int64_t b0 = c0 / QK, b1 = (c1 + QK - 1) / QK;
-    const size_t lo = (size_t)b0 * sizeof(BlockQ4_0), hi = (size_t)b1 * sizeof(BlockQ4_0);
     const uint8_t* rows[2 * G];
     auto rowAt = [&](int64_t k) { return W + (size_t)idx[k] * rowBytes; };
     int64_t k = 0;
@@ -743,40 +712,17 @@ void axpyRowsT(const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t nI
       int nNext = 0;
       for (int j = 0; j < G; j++) rows[j] = rowAt(k + j);
       for (int64_t q = k + G; q < std::min(nIdx, k + 2 * G); q++) rows[G + nNext++] = rowAt(q);
-      axpyGroupQ4<G>(rows, coef + k, rows + G, nNext, lo, hi, b0, b1, out);
+      axpyGroupBlocks<TYPE, G>(rows, coef + k, rows + G, nNext, b0, b1, out);
     }
     for (; k < nIdx; k++) {
       rows[0] = rowAt(k);
-      axpyGroupQ4<1>(rows, coef + k, rows, 0, lo, hi, b0, b1, out);
-    }
-    return;
-  }
-  if constexpr (TYPE == T_Q8_0) {
-    constexpr int G = 8;
-    const int64_t b0 = c0 / QK, b1 = (c1 + QK - 1) / QK;
-    const uint8_t* rows[2 * G];
-    auto rowAt = [&](int64_t k) { return W + (size_t)idx[k] * rowBytes; };
-    int64_t k = 0;
-    for (; k + G <= nIdx; k += G) {
-      int nNext = 0;
-      for (int j = 0; j < G; j++) rows[j] = rowAt(k + j);
-      for (int64_t q = k + G; q < std::min(nIdx, k + 2 * G); q++) rows[G + nNext++] = rowAt(q);
-      axpyGroupQ8<G>(rows, coef + k, rows + G, nNext, b0, b1, out);
-    }
-    for (; k < nIdx; k++) {
-      rows[0] = rowAt(k);
-      axpyGroupQ8<1>(rows, coef + k, rows, 0, b0, b1, out);
+      axpyGroupBlocks<TYPE, 1>(rows, coef + k, rows, 0, b0, b1, out);
     }
     return;
   }
   constexpr int G = 4;
-  // bytes of a row that hold columns [c0, c1)
-  const size_t lo = TYPE == T_Q4_0 ? (size_t)(c0 / QK) * sizeof(BlockQ4_0)
-                    : TYPE == T_Q8_0 ? (size_t)(c0 / QK) * sizeof(BlockQ8_0)
-                                     : (size_t)c0 * (TYPE == T_F16 ? 2 : 4);
-  const size_t hi = TYPE == T_Q4_0 ? (size_t)((c1 + QK - 1) / QK) * sizeof(BlockQ4_0)
-                    : TYPE == T_Q8_0 ? (size_t)((c1 + QK - 1) / QK) * sizeof(BlockQ8_0)
-                                     : (size_t)c1 * (TYPE == T_F16 ? 2 : 4);
+  // F16 / F32: bytes of a row that hold columns [c0, c1)
+  const size_t lo = (size_t)c0 * (TYPE == T_F16 ? 2 : 4), hi = (size_t)c1 * (TYPE == T_F16 ? 2 : 4);
   const uint8_t* rows[2 * G];
   auto rowAt = [&](int64_t k) { return W + (size_t)idx[k] * rowBytes; };
   int64_t k = 0;
