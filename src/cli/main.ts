@@ -8,6 +8,7 @@ import { generate } from "./commands/generate.js";
 import { inspect } from "./commands/inspect.js";
 import { machine } from "./commands/machine.js";
 import { pack } from "./commands/pack.js";
+import { probe } from "./commands/probe.js";
 import { profile } from "./commands/profile.js";
 import { quantize } from "./commands/quantize.js";
 import { synth } from "./commands/synth.js";
@@ -28,6 +29,7 @@ const commands: Record<string, Command> = {
   "train-predictor": trainPredictor,
   pack,
   machine,
+  probe,
 };
 
 function helpText(name: string, c: Command): string {

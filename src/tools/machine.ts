@@ -1,7 +1,9 @@
-// What this machine can move per second: memory read bandwidth on 1 and all pool threads, and a
+// What this machine can move per second: memory read bandwidth on 1..N pool threads, and a
 // file's direct-I/O throughput (large sequential reads) and 4 KiB random-read rate at depth 32.
 // These are the bounds of the per-token time budget (`trace stats`): a step that touched B bytes
-// cannot take less than B / bandwidth. Measured once (`neuronpipe machine`), cached per host.
+// cannot take less than B / bandwidth. `neuronpipe probe` adds what a planner needs: reads by
+// block size and queue depth, each kernel's throughput per weight type, and message round trips
+// between threads. Measured once, cached per host (docs/formats.md, "machine.json").
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -22,15 +24,42 @@ export interface DiskBound {
   /** 4 KiB reads at random 4 KiB-aligned offsets in the file's first 2 GiB, 32 in flight, per second. */
   random4kIops: number;
   queueDepth: number;
+  /** `probe`: reads by kind, block size and queue depth (direct I/O). */
+  rates?: ReadRate[];
+}
+
+export interface ReadRate {
+  kind: "sequential" | "random";
+  blockBytes: number;
+  queueDepth: number;
+  readsPerSecond: number;
+  GBps: number;
+}
+
+/** `probe`: a kernel's throughput on one weight type, on all pool threads: weight bytes per second (matvec, gather, axpy) or FLOP per second (matmul). */
+export interface KernelRate {
+  type: "F32" | "F16" | "Q8_0" | "Q4_0";
+  kernel: "matvec" | "gather" | "axpy" | "matmul";
+  threads: number;
+  GBps?: number;
+  GFLOPs?: number;
+}
+
+/** `probe`: a message from one thread to another and back, median µs. */
+export interface MessageRates {
+  postMessageUs: number;
+  atomicsUs: number;
 }
 
 export interface MachineBounds {
-  version: 1;
+  version: 2;
   measuredAt: string;
   host: string;
   cpu: string;
   memory: MemoryBound[];
   disk?: DiskBound;
+  kernels?: KernelRate[];
+  messages?: MessageRates;
 }
 
 const MiB = 2 ** 20;
@@ -45,7 +74,7 @@ export function measureMemory(opts: { bytes?: number; reps?: number; maxThreads?
   try {
     n.viewU8(buf, 0, bytes).fill(1); // touch every page first
     const out: MemoryBound[] = [];
-    for (const threads of [...new Set([1, maxThreads])]) {
+    for (let threads = 1; threads <= maxThreads; threads++) {
       let best = Infinity;
       n.readBandwidth(buf, bytes, threads); // warm
       for (let r = 0; r < reps; r++) {
@@ -112,7 +141,8 @@ export function machineCachePath(): string {
   return join(dir, "machine.json");
 }
 
-function identity(): { host: string; cpu: string } {
+/** This host's name and CPU (a cache entry is this host's when both match). */
+export function machineIdentity(): { host: string; cpu: string } {
   return { host: os.hostname(), cpu: `${os.cpus()[0]?.model ?? "unknown"} ×${os.cpus().length}` };
 }
 
@@ -121,24 +151,28 @@ export function cachedMachine(path = machineCachePath()): MachineBounds | undefi
   if (!existsSync(path)) return undefined;
   try {
     const b = JSON.parse(readFileSync(path, "utf8")) as MachineBounds;
-    const me = identity();
-    return b.version === 1 && b.host === me.host && b.cpu === me.cpu && Array.isArray(b.memory) ? b : undefined;
+    const me = machineIdentity();
+    return b.version === 2 && b.host === me.host && b.cpu === me.cpu && Array.isArray(b.memory) ? b : undefined;
   } catch {
     return undefined; // unreadable: measured again and rewritten
   }
 }
 
-/** Measure memory (and the disk, on `diskFile`), cache the result, return it. */
-export function measureMachine(opts: { diskFile?: string; cachePath?: string } = {}): MachineBounds {
-  const b: MachineBounds = { version: 1, measuredAt: new Date().toISOString(), ...identity(), memory: measureMemory() };
-  if (opts.diskFile) b.disk = measureDisk(opts.diskFile);
-  const path = opts.cachePath ?? machineCachePath();
+/** Keep bounds in the cache (a read-only home: they are still returned, just not kept). */
+export function keepMachine(b: MachineBounds, path: string): void {
   try {
     mkdirSync(dirname(path), { recursive: true });
     writeFileSync(path, JSON.stringify(b, null, 2) + "\n");
   } catch {
-    // a read-only home: the bounds are still returned, just not kept
+    // not kept
   }
+}
+
+/** Measure memory (and the disk, on `diskFile`), cache the result, return it. */
+export function measureMachine(opts: { diskFile?: string; cachePath?: string } = {}): MachineBounds {
+  const b: MachineBounds = { version: 2, measuredAt: new Date().toISOString(), ...machineIdentity(), memory: measureMemory() };
+  if (opts.diskFile) b.disk = measureDisk(opts.diskFile);
+  keepMachine(b, opts.cachePath ?? machineCachePath());
   return b;
 }
 

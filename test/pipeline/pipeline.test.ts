@@ -224,7 +224,10 @@ describe("traces", () => {
       expect(st.computeUs).toBeGreaterThan(0);
       shares[mode] = st.ioHiddenShare;
       if (mode === "blocking") {
-        expect(st.ioHiddenUs).toBe(0); // every read finishes before the compute that needs it starts
+        // every read finishes before the compute that needs it starts; the I/O worker stamps a
+        // read's end just after it flags the slots ready, so the woken compute worker's start can
+        // come a few µs earlier (seen once: 3 µs of 24 tokens' reads)
+        expect(st.ioHiddenShare).toBeLessThan(0.002);
         expect(spans.some((s) => s.name === "ffn")).toBe(true);
       } else {
         expect(st.ioHiddenShare).toBeGreaterThan(0.01);

@@ -104,7 +104,7 @@ describe("neuronpipe machine", () => {
 
 describe("tokenBudget", () => {
   // 1000 bytes/µs of memory; storage 2 bytes/µs sequential, 10^4 reads/s
-  const machine: MachineBounds = { version: 1, measuredAt: "", host: "h", cpu: "c", memory: [{ threads: 1, readGBps: 0.5 }, { threads: 2, readGBps: 1 }], disk: { path: "/x", backend: "pread", directIO: true, sequentialGBps: 0.002, random4kIops: 1e4, queueDepth: 32 } };
+  const machine: MachineBounds = { version: 2, measuredAt: "", host: "h", cpu: "c", memory: [{ threads: 1, readGBps: 0.5 }, { threads: 2, readGBps: 1 }], disk: { path: "/x", backend: "pread", directIO: true, sequentialGBps: 0.002, random4kIops: 1e4, queueDepth: 32 } };
   const span = (lane: SpanRecord["lane"], name: SpanRecord["name"], t0: number, t1: number, extra: Partial<SpanRecord> = {}): SpanRecord => ({ kind: "span", lane, name, t0, t1, ...extra });
   const records: TraceRecord[] = [
     { kind: "header", version: 2, mode: "inline", model: "m", startedAt: "", threads: {}, costs: { nLayer: 2, attentionBytes: 1000, kvBytesPerPosition: 10, outputBytes: 500, denseFfnBytes: 3000, gateRowBytes: 10, upDownRowBytes: 20, predictorBytes: 100 } },

@@ -1,0 +1,57 @@
+// neuronpipe probe: measure this machine once for the planner — memory on 1..N threads, reads by
+// block size and queue depth on a file's storage, each kernel per weight type, message round
+// trips — and keep it in the cache (docs/formats.md, "machine.json").
+import { existsSync } from "node:fs";
+import { cachedMachine, machineCachePath, type MachineBounds } from "../../tools/machine.js";
+import { probeMachine } from "../../tools/probe.js";
+import { UsageError, type Command } from "../command.js";
+import { progressBar } from "../progress.js";
+
+export const probe: Command = {
+  summary: "measure this machine for the planner: memory, reads by block size and depth, kernels, messages",
+  usage: "neuronpipe probe [--file PATH] [--refresh] [--json]",
+  options: { file: { type: "string" }, refresh: { type: "boolean" }, json: { type: "boolean" }, help: { type: "boolean", short: "h" } },
+  help: {
+    file: "a file on the storage to measure with direct I/O (a model or pack you run); without it, no storage figures",
+    refresh: "measure again even when this host's probe is cached",
+    json: "print JSON",
+  },
+  async run(v, pos) {
+    if (pos.length > 0) throw new UsageError(`probe takes no positional arguments, got: ${pos.join(" ")}`);
+    const file = v.file as string | undefined;
+    if (file !== undefined && !existsSync(file)) throw new UsageError(`--file ${file} does not exist`);
+    let b: MachineBounds | undefined = v.refresh ? undefined : cachedMachine();
+    if (b && (!b.kernels || !b.messages || (file && !b.disk?.rates))) b = undefined;
+    const measured = !b;
+    if (!b) {
+      const bar = v.json ? undefined : progressBar("probing");
+      b = await probeMachine({ diskFile: file, onProgress: bar && ((d, t) => bar(d, t)) });
+    }
+    if (v.json) {
+      process.stdout.write(JSON.stringify(b) + "\n");
+      return;
+    }
+    process.stdout.write(formatProbe(b, measured) + "\n");
+  },
+};
+
+export function formatProbe(b: MachineBounds, measured: boolean): string {
+  const lines = [`${b.host}: ${b.cpu} (${measured ? "measured now" : `cached, measured ${b.measuredAt}`}; ${machineCachePath()})`];
+  lines.push(`memory read: ${b.memory.map((m) => `${m.readGBps.toFixed(1)} GB/s on ${m.threads}`).join(", ")} thread(s)`);
+  if (b.disk?.rates) {
+    lines.push(`reads (${b.disk.backend}${b.disk.directIO ? ", O_DIRECT" : ""}; ${b.disk.path}):`);
+    lines.push("  kind        block   depth   reads/s     GB/s");
+    for (const r of b.disk.rates)
+      lines.push(`  ${r.kind.padEnd(10)} ${`${r.blockBytes / 1024} KiB`.padStart(8)} ${String(r.queueDepth).padStart(6)} ${Math.round(r.readsPerSecond).toString().padStart(9)} ${r.GBps.toFixed(2).padStart(8)}`);
+  } else lines.push("reads: not measured (--file PATH)");
+  if (b.kernels) {
+    lines.push(`kernels (${b.kernels[0]?.threads ?? "?"} threads): GB/s of weights (matvec, gather and axpy over 10% of the rows), GFLOP/s (matmul, 64 tokens)`);
+    lines.push("  type    matvec   gather     axpy   matmul");
+    for (const t of [...new Set(b.kernels.map((k) => k.type))]) {
+      const f = (k: string) => b.kernels!.find((x) => x.type === t && x.kernel === k);
+      lines.push(`  ${t.padEnd(5)} ${[f("matvec")?.GBps, f("gather")?.GBps, f("axpy")?.GBps, f("matmul")?.GFLOPs].map((x) => (x === undefined ? "-" : x.toFixed(1)).padStart(8)).join(" ")}`);
+    }
+  }
+  if (b.messages) lines.push(`messages to a worker thread and back: postMessage ${b.messages.postMessageUs.toFixed(1)} µs, Atomics wait/notify ${b.messages.atomicsUs.toFixed(1)} µs (median)`);
+  return lines.join("\n");
+}

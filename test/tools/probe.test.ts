@@ -1,0 +1,116 @@
+// neuronpipe probe (src/tools/probe.ts): what the planner will read about this machine. Speeds
+// cannot be hand-computed, so each figure is held to an independent measurement of the same
+// resource: kernels that stream weights far larger than the caches against the memory read
+// probe (a plain sum of the same bytes), direct-I/O reads by block size against their own bytes
+// moved and the device's 4 KiB rate from measureDisk; messages against a bound; the CLI keeps the
+// probe, answers from the cache, draws its progress and refuses bad input by name.
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { main } from "../../src/cli/main.js";
+import { measureDisk, measureMemory, type MachineBounds } from "../../src/tools/machine.js";
+import { measureKernels, measureMessages, measureReadRates } from "../../src/tools/probe.js";
+
+const dir = mkdtempSync(join(tmpdir(), "np-probe-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+// a 96 MiB file of noise on the storage the tests run on
+const file = join(dir, "data.bin");
+{
+  const b = Buffer.alloc(96 * 2 ** 20);
+  for (let i = 0; i < b.length; i += 4) b.writeUInt32LE((Math.imul(i, 2654435761) ^ 0x5bd1e995) >>> 0, i);
+  writeFileSync(file, b);
+}
+
+describe("probe", () => {
+  it("kernels: every kernel and weight type measured; dense matvec streams its weights no faster than 1.5x the memory probe's bandwidth and faster than a tenth of it", () => {
+    const mem = Math.max(...measureMemory({ bytes: 256 * 2 ** 20, reps: 3 }).map((m) => m.readGBps));
+    const k = measureKernels(0.05);
+    expect(k.length).toBe(16);
+    for (const t of ["Q4_0", "Q8_0", "F16", "F32"]) for (const kernel of ["matvec", "gather", "axpy", "matmul"]) expect(k.some((x) => x.type === t && x.kernel === kernel), `${t} ${kernel}`).toBe(true);
+    for (const x of k.filter((x) => x.kernel === "matvec")) {
+      expect(x.GBps!, x.type).toBeLessThan(1.5 * mem);
+      expect(x.GBps!, x.type).toBeGreaterThan(0.1 * mem);
+    }
+    for (const x of k.filter((x) => x.kernel === "gather" || x.kernel === "axpy")) expect(x.GBps!).toBeGreaterThan(0);
+    for (const x of k.filter((x) => x.kernel === "matmul")) expect(x.GFLOPs!).toBeGreaterThan(1);
+  }, 120_000);
+
+  it("reads: sequential by block size and random by block size x depth, each rate = its reads x block; the 4 KiB depth-32 rate within 3x of measureDisk's", () => {
+    const rates = measureReadRates(file, 0.05);
+    const seq = rates.filter((r) => r.kind === "sequential"), rnd = rates.filter((r) => r.kind === "random");
+    expect(seq.map((r) => r.blockBytes)).toEqual([128 * 1024, 2 ** 20, 4 * 2 ** 20]);
+    expect(rnd.length).toBe(16);
+    for (const r of rates) {
+      expect(r.readsPerSecond).toBeGreaterThan(0);
+      expect(r.GBps).toBeCloseTo((r.readsPerSecond * r.blockBytes) / 1e9, 9);
+    }
+    const d = measureDisk(file, { seqBytes: 32 * 2 ** 20, randomReads: 4000 });
+    const r4 = rnd.find((r) => r.blockBytes === 4096 && r.queueDepth === 32)!;
+    expect(r4.readsPerSecond).toBeGreaterThan(d.random4kIops / 3);
+    expect(r4.readsPerSecond).toBeLessThan(d.random4kIops * 3);
+  }, 120_000);
+
+  it("messages: a round trip to a worker thread takes more than 0 and less than 10 ms, both ways of sending", async () => {
+    const m = await measureMessages(300);
+    for (const v of [m.postMessageUs, m.atomicsUs]) {
+      expect(v).toBeGreaterThan(0);
+      expect(v).toBeLessThan(10_000);
+    }
+  }, 60_000);
+});
+
+describe("neuronpipe probe", () => {
+  async function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
+    let out = "";
+    let err = "";
+    const w = process.stdout.write.bind(process.stdout);
+    const e = process.stderr.write.bind(process.stderr);
+    process.stdout.write = ((x: string) => ((out += x), true)) as typeof process.stdout.write;
+    process.stderr.write = ((x: string) => ((err += x), true)) as typeof process.stderr.write;
+    const saved = { NEURONPIPE_CACHE_DIR: process.env.NEURONPIPE_CACHE_DIR, NEURONPIPE_PROGRESS: process.env.NEURONPIPE_PROGRESS };
+    process.env.NEURONPIPE_CACHE_DIR = join(dir, "cache");
+    Object.assign(process.env, env);
+    try {
+      return { code: await main(args), out, err };
+    } finally {
+      process.stdout.write = w;
+      process.stderr.write = e;
+      for (const [k, v] of Object.entries(saved)) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
+  }
+
+  it("probes once with a progress bar, keeps the JSON it prints, answers from the cache the next time", async () => {
+    const first = await cli(["probe", "--file", file, "--json"]);
+    expect(first.code).toBe(0);
+    const b = JSON.parse(first.out) as MachineBounds;
+    expect(b.version).toBe(2);
+    expect(b.memory.map((m) => m.threads)[0]).toBe(1);
+    expect(b.disk?.rates?.length).toBe(19);
+    expect(b.kernels?.length).toBe(16);
+    expect(b.messages?.postMessageUs).toBeGreaterThan(0);
+    const kept = JSON.parse(readFileSync(join(dir, "cache", "machine.json"), "utf8")) as MachineBounds;
+    expect(kept).toEqual(b);
+    const second = await cli(["probe"], { NEURONPIPE_PROGRESS: "1" });
+    expect(second.code).toBe(0);
+    expect(second.out).toMatch(new RegExp(`cached, measured ${b.measuredAt}`));
+    expect(second.out).toMatch(/Q4_0 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+/);
+    expect(second.out).toMatch(/random +4 KiB +32 +\d+/);
+    expect(second.err).toBe(""); // nothing measured, no bar
+    const again = await cli(["probe", "--refresh"], { NEURONPIPE_PROGRESS: "1" });
+    expect(again.code).toBe(0);
+    expect(again.err).toMatch(/probing \[#+\] 100%/);
+    expect(again.out).toMatch(/measured now/);
+  }, 180_000);
+
+  it("refuses a missing file and stray arguments by name", async () => {
+    const missing = await cli(["probe", "--file", join(dir, "nope.gguf")]);
+    expect(missing.code).not.toBe(0);
+    expect(missing.err).toMatch(/--file .*nope\.gguf does not exist/);
+    const stray = await cli(["probe", "extra"]);
+    expect(stray.err).toMatch(/probe takes no positional arguments, got: extra/);
+  });
+});
