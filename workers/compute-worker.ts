@@ -13,7 +13,7 @@ import { StreamedFfn } from "../src/sparse/ffn/streamed.js";
 import type { ComputeInit, ComputeResult, ComputeTask, FrontTask } from "../src/protocol/tasks.js";
 import { nowUs } from "../src/trace/recorder.js";
 import { serveChannel } from "../src/util/worker-channel.js";
-import { waitSlots } from "../src/sparse/cache/slot-flags.js";
+import { slotReady, waitSlots } from "../src/sparse/cache/slot-flags.js";
 
 interface State {
   init: ComputeInit;
@@ -46,6 +46,7 @@ function setUp(init: ComputeInit): State {
   n.setThreads(init.threads);
   tid = n.threadInfo().tid;
   const { rs } = init;
+  const want = new Int32Array(init.slotFlags.want), ready = new Int32Array(init.slotFlags.ready);
   return {
     init,
     weights: { ...init.weights, buffers: [] },
@@ -56,11 +57,13 @@ function setUp(init: ComputeInit): State {
       layerOffsets: init.prefill.layerOffsets,
       scratch: createBundleScratch(init.cfg.nFF, init.prefill.bundleScratch, 0, init.prefill.bundleScratchBytes),
       inPlace: init.prefill.inPlace,
+      // a slot whose read is still in flight is read from the pack instead
+      slotReady: (slot) => slotReady(want, ready, slot),
     }),
     steps: new FfnSteps(init.ffn, init.cfg.nLayer),
     token: { buf: rs.buf, x: rs.x, xb: rs.xb, o: rs.o },
-    want: new Int32Array(init.slotFlags.want),
-    ready: new Int32Array(init.slotFlags.ready),
+    want,
+    ready,
     prefixDone: 0,
     prefixCuts: [],
   };

@@ -147,7 +147,11 @@ export class InlineDecoder implements Decoder {
 
   /** o = FFN(xb) of `layer` for each token of the batch: a prompt batch dense and streamed, else token by token sparse (x, the residual before ffn_norm, feeds the predictor). */
   private ffnBlock(layer: number, rs: RunState, nTok: number, sparse: boolean): void {
-    if (nTok > 1 && !sparse) return this.streamedFfn().run(layer, rs, nTok);
+    if (nTok > 1 && !sparse) {
+      // held slots are used in place: any read ahead still landing in one lands first
+      if (layer === 0) this.parts.cache.settle();
+      return this.streamedFfn().run(layer, rs, nTok);
+    }
     const bytes = this.parts.pack.config.nEmbd * 4;
     // reads ahead in decode only: with a batch the next FFN is this layer's, for the next token
     const ahead = nTok === 1 && this.readAhead && this.parts.cache.pinned && this.parts.cache.aheadStaging >= 0;

@@ -161,6 +161,15 @@ describe("streamed dense prefill, reads", () => {
       expect(spans.filter((r) => !r.background).length).toBeLessThanOrEqual(batches);
       expect(streamed.stats.spans.reduce((a, r) => a + r.bytes, 0)).toBe(streamed.stats.bytes);
       for (const sp of streamed.stats.spans) expect(sp.t1).toBeGreaterThanOrEqual(sp.t0);
+      // a slot whose read has not landed (slotReady false: here, every one) is read from the pack
+      // instead; the logits are the same bits wherever the rows came from
+      const inPlaceLogits = await prefillLogits(m, prompt);
+      streamed.resetStats();
+      (streamed.o as { slotReady?: (s: number) => boolean }).slotReady = () => false;
+      const readLogits = await prefillLogits(m, prompt);
+      expect(streamed.stats.inPlace).toBe(0);
+      expect(streamed.stats.bytes).toBe(batches * nLayer * nFF * pack.bundleBytes);
+      expect(Buffer.from(readLogits.buffer).equals(Buffer.from(inPlaceLogits.buffer))).toBe(true);
     } finally {
       await m[Symbol.asyncDispose]();
     }

@@ -31,6 +31,8 @@ export interface StreamedFfnOptions {
   scratch: BundleScratch;
   /** Use the neurons the cache holds whole in place instead of reading them. */
   inPlace: boolean;
+  /** Whether a slot's last read has landed (the pipeline's slot flags); without it every held slot counts. */
+  slotReady?: (slot: number) => boolean;
 }
 
 /** Bytes and reads of a streamed FFN, how long the computing thread waited for them, and per layer the time spent computing and reading. */
@@ -155,7 +157,11 @@ export class StreamedFfn {
       const n = native();
       const slotOf = n.viewI32(L.slotOf.buf, L.slotOf.off + layer * nFF * 4, nFF);
       const state = n.viewU8(L.stateOf.buf, L.stateOf.off + layer * nFF, nFF);
-      for (let p = 0; p < nFF; p++) if (slotOf[p]! >= 0 && state[p] === NEURON_FULL) slot[p] = slotOf[p]!;
+      const ready = this.o.slotReady;
+      for (let p = 0; p < nFF; p++) {
+        const sl = slotOf[p]!;
+        if (sl >= 0 && state[p] === NEURON_FULL && (!ready || ready(sl))) slot[p] = sl;
+      }
     }
     const chunks: Chunk[] = [];
     const group = Math.min(DOWN_GROUP, this.chunk);
