@@ -471,6 +471,17 @@ inline void panelTile(const uint8_t* panel, int64_t nb, const Act* xs, int32_t c
   for (int t = 0; t < TT; t++) _mm512_mask_storeu_ps(Y + t * ldy, m, acc[t]);
 }
 
+// Tokens [t0, t1) over one panel in tiles of 8, then 4, 2, 1: Y[t * ldy + lane].
+template <bool Acc>
+inline void panelTokens(const uint8_t* panel, int64_t nb, const Act* xs, int64_t t0, int64_t t1, int32_t corrMul,
+                        float* Y, int64_t ldy, __mmask16 m) {
+  int64_t t = t0;
+  for (; t + 8 <= t1; t += 8) panelTile<8, Acc>(panel, nb, xs + t, corrMul, Y + t * ldy, ldy, m);
+  if (t + 4 <= t1) { panelTile<4, Acc>(panel, nb, xs + t, corrMul, Y + t * ldy, ldy, m); t += 4; }
+  if (t + 2 <= t1) { panelTile<2, Acc>(panel, nb, xs + t, corrMul, Y + t * ldy, ldy, m); t += 2; }
+  if (t < t1) panelTile<1, Acc>(panel, nb, xs + t, corrMul, Y + t * ldy, ldy, m);
+}
+
 struct PanelBuf {
   uint8_t* p = nullptr;
   size_t cap = 0;
@@ -496,11 +507,7 @@ void matmulPanels(int type, const uint8_t* const* rows, int64_t r0, int64_t r1, 
     const int n = (int)std::min<int64_t>(kPanelRows, r1 - r);
     repackPanel(type, rows + r, n, nb, panel);
     const __mmask16 m = tailMask16(n);
-    int64_t t = t0;
-    for (; t + 8 <= t1; t += 8) panelTile<8>(panel, nb, xs + t, corrMul, Y + t * ldy + r, ldy, m);
-    if (t + 4 <= t1) { panelTile<4>(panel, nb, xs + t, corrMul, Y + t * ldy + r, ldy, m); t += 4; }
-    if (t + 2 <= t1) { panelTile<2>(panel, nb, xs + t, corrMul, Y + t * ldy + r, ldy, m); t += 2; }
-    if (t < t1) panelTile<1>(panel, nb, xs + t, corrMul, Y + t * ldy + r, ldy, m);
+    panelTokens<false>(panel, nb, xs, t0, t1, corrMul, Y + r, ldy, m);
   }
 }
 
@@ -594,11 +601,7 @@ void matmulTAcc(int type, const uint8_t* const* rows, int64_t nRows, int64_t c0,
   for (int64_t c = c0; c < c1; c += kPanelRows) {
     const __mmask16 m = tailMask16(std::min<int64_t>(kPanelRows, c1 - c));
     repackPanelT(type, rows, nRows, c, m, panel);
-    int64_t t = 0;
-    for (; t + 8 <= nTok; t += 8) panelTile<8, true>(panel, nG, xs + t, 128, O + t * ldo + c, ldo, m);
-    if (t + 4 <= nTok) { panelTile<4, true>(panel, nG, xs + t, 128, O + t * ldo + c, ldo, m); t += 4; }
-    if (t + 2 <= nTok) { panelTile<2, true>(panel, nG, xs + t, 128, O + t * ldo + c, ldo, m); t += 2; }
-    if (t < nTok) panelTile<1, true>(panel, nG, xs + t, 128, O + t * ldo + c, ldo, m);
+    panelTokens<true>(panel, nG, xs, 0, nTok, 128, O + c, ldo, m);
   }
 }
 
