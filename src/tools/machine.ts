@@ -168,10 +168,16 @@ export function keepMachine(b: MachineBounds, path: string): void {
   }
 }
 
+/** This host's memory (and the disk, on `diskFile`): the bounds, not kept. */
+export function measureBounds(diskFile?: string): MachineBounds {
+  const b: MachineBounds = { version: 2, measuredAt: new Date().toISOString(), ...machineIdentity(), memory: measureMemory() };
+  if (diskFile) b.disk = measureDisk(diskFile);
+  return b;
+}
+
 /** Measure memory (and the disk, on `diskFile`), cache the result, return it. */
 export function measureMachine(opts: { diskFile?: string; cachePath?: string } = {}): MachineBounds {
-  const b: MachineBounds = { version: 2, measuredAt: new Date().toISOString(), ...machineIdentity(), memory: measureMemory() };
-  if (opts.diskFile) b.disk = measureDisk(opts.diskFile);
+  const b = measureBounds(opts.diskFile);
   keepMachine(b, opts.cachePath ?? machineCachePath());
   return b;
 }

@@ -6,7 +6,7 @@
 import { statSync } from "node:fs";
 import { Worker } from "node:worker_threads";
 import { GGMLType, native } from "../native.js";
-import { keepMachine, machineCachePath, machineIdentity, measureDisk, measureMemory, type KernelRate, type MachineBounds, type MessageRates, type ReadRate } from "./machine.js";
+import { keepMachine, machineCachePath, measureBounds, type KernelRate, type MachineBounds, type MessageRates, type ReadRate } from "./machine.js";
 
 const MiB = 2 ** 20;
 
@@ -186,21 +186,18 @@ export async function measureMessages(count = 2000): Promise<MessageRates> {
 export async function probeMachine(o: ProbeOptions = {}): Promise<MachineBounds> {
   const seconds = o.seconds ?? 0.15;
   const kernelPoints = 16;
-  const total = 2 + (o.diskFile ? 2 : 0) + kernelPoints + 1;
+  const total = 1 + (o.diskFile ? 1 : 0) + kernelPoints + 1;
   let done = 0;
   const step = (what: string) => o.onProgress?.(++done, total, what);
-  const b: MachineBounds = { version: 2, measuredAt: new Date().toISOString(), ...machineIdentity(), memory: measureMemory() };
-  step("memory");
-  if (o.diskFile) {
-    b.disk = measureDisk(o.diskFile);
-    step("storage");
-    b.disk.rates = measureReadRates(o.diskFile, seconds);
+  const b = measureBounds(o.diskFile);
+  step("memory and storage");
+  if (b.disk) {
+    b.disk.rates = measureReadRates(b.disk.path, seconds);
     step("reads by block size and depth");
   }
   b.kernels = measureKernels(seconds, () => step("kernels"));
   b.messages = await measureMessages();
   step("messages");
   keepMachine(b, o.cachePath ?? machineCachePath());
-  o.onProgress?.(total, total, "done");
   return b;
 }
