@@ -3,28 +3,14 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { main } from "../../src/cli/main.js";
+import { runCli } from "../helpers/cli.js";
 import { readGGUF } from "../../src/gguf/reader.js";
 import { loadModel } from "../../src/api/model.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-cli-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-async function cli(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  let out = "";
-  let err = "";
-  const ow = process.stdout.write.bind(process.stdout);
-  const ew = process.stderr.write.bind(process.stderr);
-  process.stdout.write = ((s: string) => ((out += s), true)) as typeof process.stdout.write;
-  process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
-  try {
-    const code = await main(argv);
-    return { code, out, err };
-  } finally {
-    process.stdout.write = ow;
-    process.stderr.write = ew;
-  }
-}
+const cli = (...argv: string[]) => runCli(argv);
 
 describe("neuronpipe CLI", () => {
   it("--help on every command", async () => {

@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { main } from "../../src/cli/main.js";
+import { runCli } from "../helpers/cli.js";
 import { measureDisk, measureMemory, type MachineBounds } from "../../src/tools/machine.js";
 import { measureKernels, measureMessages, measureReadRates } from "../../src/tools/probe.js";
 
@@ -61,27 +61,7 @@ describe("probe", () => {
 });
 
 describe("neuronpipe probe", () => {
-  async function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
-    let out = "";
-    let err = "";
-    const w = process.stdout.write.bind(process.stdout);
-    const e = process.stderr.write.bind(process.stderr);
-    process.stdout.write = ((x: string) => ((out += x), true)) as typeof process.stdout.write;
-    process.stderr.write = ((x: string) => ((err += x), true)) as typeof process.stderr.write;
-    const saved = { NEURONPIPE_CACHE_DIR: process.env.NEURONPIPE_CACHE_DIR, NEURONPIPE_PROGRESS: process.env.NEURONPIPE_PROGRESS };
-    process.env.NEURONPIPE_CACHE_DIR = join(dir, "cache");
-    Object.assign(process.env, env);
-    try {
-      return { code: await main(args), out, err };
-    } finally {
-      process.stdout.write = w;
-      process.stderr.write = e;
-      for (const [k, v] of Object.entries(saved)) {
-        if (v === undefined) delete process.env[k];
-        else process.env[k] = v;
-      }
-    }
-  }
+  const cli = (args: string[], env: Record<string, string> = {}) => runCli(args, { NEURONPIPE_CACHE_DIR: join(dir, "cache"), NEURONPIPE_PROGRESS: undefined, ...env });
 
   it("probes once with a progress bar, keeps the JSON it prints, answers from the cache the next time", async () => {
     const first = await cli(["probe", "--file", file, "--json"]);

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadModel, loadSparseModel, type Model } from "../../src/api/model.js";
-import { main } from "../../src/cli/main.js";
+import { runCli } from "../helpers/cli.js";
 import { native } from "../../src/native.js";
 import { budgetForFfnFraction, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
@@ -60,24 +60,7 @@ describe("machine bounds", () => {
 });
 
 describe("neuronpipe machine", () => {
-  async function cli(args: string[]): Promise<{ code: number; out: string; err: string }> {
-    let out = "";
-    let err = "";
-    const w = process.stdout.write.bind(process.stdout);
-    const e = process.stderr.write.bind(process.stderr);
-    process.stdout.write = ((x: string) => ((out += x), true)) as typeof process.stdout.write;
-    process.stderr.write = ((x: string) => ((err += x), true)) as typeof process.stderr.write;
-    const cacheDir = process.env.NEURONPIPE_CACHE_DIR;
-    process.env.NEURONPIPE_CACHE_DIR = join(dir, "cache");
-    try {
-      return { code: await main(args), out, err };
-    } finally {
-      process.stdout.write = w;
-      process.stderr.write = e;
-      if (cacheDir === undefined) delete process.env.NEURONPIPE_CACHE_DIR;
-      else process.env.NEURONPIPE_CACHE_DIR = cacheDir;
-    }
-  }
+  const cli = (args: string[]) => runCli(args, { NEURONPIPE_CACHE_DIR: join(dir, "cache") });
 
   it("measures memory and the file's storage, keeps them, and answers from the cache the next time", async () => {
     const first = await cli(["machine", "--file", packPath, "--json"]);
@@ -233,21 +216,9 @@ describe("traces of the decoders that run on the calling thread", () => {
     } finally {
       m.dispose();
     }
-    let out = "";
-    const w = process.stdout.write.bind(process.stdout);
-    const e = process.stderr.write.bind(process.stderr);
-    process.stdout.write = ((s: string) => ((out += s), true)) as typeof process.stdout.write;
-    process.stderr.write = (() => true) as typeof process.stderr.write;
-    const cacheDir = process.env.NEURONPIPE_CACHE_DIR;
-    process.env.NEURONPIPE_CACHE_DIR = dir;
-    try {
-      expect(await main(["trace", "stats", join(dir, "dense.jsonl")])).toBe(0);
-    } finally {
-      process.stdout.write = w;
-      process.stderr.write = e;
-      if (cacheDir === undefined) delete process.env.NEURONPIPE_CACHE_DIR;
-      else process.env.NEURONPIPE_CACHE_DIR = cacheDir;
-    }
+    const stats = await runCli(["trace", "stats", join(dir, "dense.jsonl")], { NEURONPIPE_CACHE_DIR: dir });
+    expect(stats.code).toBe(0);
+    const out = stats.out;
     expect(out).toMatch(/per-token time budget \(5 decode tokens/);
     expect(out).toMatch(/gate\+up\+down +[\d.]+ +\d+% +[\d.]+/);
     expect(out).toMatch(/memory [\d.]+ GB\/s on 1 thread/);
