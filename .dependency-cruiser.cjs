@@ -6,6 +6,7 @@ const LAYERS = [
   ["formats", "^src/(gguf|tokenizer|trace|inspect)/"],
   ["model", "^src/model/"],
   ["sparse", "^src/sparse/"],
+  ["plan", "^src/plan/"],
   ["protocol", "^src/protocol/"],
   ["links", "^src/links/"],
   ["actors", "^actors/"],

@@ -7,9 +7,10 @@ import type { Decoder } from "../decode/decoder.js";
 import { openModelFile, type OpenOptions } from "../decode/open.js";
 import type { SparseParts } from "../sparse/parts.js";
 import type { Tokenizer } from "../tokenizer/index.js";
-import { TraceRecorder } from "../trace/recorder.js";
+import { TraceRecorder, type TraceHeader } from "../trace/recorder.js";
+import type { ExecutionPlan } from "../plan/planner.js";
 import { Session, type SessionOptions } from "./session.js";
-import { stepCosts } from "./step-costs.js";
+import { stepCosts } from "../plan/step-costs.js";
 
 /** Load options (src/decode/open.ts): threads and signal for any file, the rest for neuron packs. */
 export type LoadOptions = OpenOptions;
@@ -28,6 +29,8 @@ export class Model {
     readonly decoder: Decoder,
     /** Set when the model was loaded from a neuron pack under a memory budget: the memory plan, cache and statistics. */
     readonly sparse?: SparseParts,
+    /** The execution plan a pack was opened with: its knobs (explicit options override them, listed in `overrides`) and predicted speed. */
+    readonly plan?: ExecutionPlan,
   ) {}
 
   /** Bytes of the model file. */
@@ -37,7 +40,7 @@ export class Model {
 
   /** A trace recorder for generations of this model (to `path`, or kept in memory), its header naming the decoder and the bytes each step of a token touches. */
   createTrace(path?: string): TraceRecorder {
-    return new TraceRecorder({ mode: this.decoder.kind, model: this.path, threads: {}, costs: stepCosts(this.file, this.config, this.sparse) }, path);
+    return new TraceRecorder({ mode: this.decoder.kind, model: this.path, threads: {}, costs: stepCosts(this.file, this.config, this.sparse), ...(this.plan ? { plan: this.plan as unknown as TraceHeader["plan"] } : {}) }, path);
   }
 
   createSession(options: SessionOptions = {}): Session {
@@ -64,7 +67,7 @@ export class Model {
 /** Load a GGUF model or a neuron pack (with `memory`, its budget); see LoadOptions. */
 export async function loadModel(path: string, options: LoadOptions = {}): Promise<Model> {
   const m = await openModelFile(path, options);
-  return new Model(m.path, m.file, m.config, m.tokenizer, m.decoder, m.sparse);
+  return new Model(m.path, m.file, m.config, m.tokenizer, m.decoder, m.sparse, m.plan);
 }
 
 /** Load a neuron pack under a memory budget: loadModel with `memory` required. */

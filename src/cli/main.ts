@@ -9,6 +9,7 @@ import { inspect } from "./commands/inspect.js";
 import { machine } from "./commands/machine.js";
 import { pack } from "./commands/pack.js";
 import { probe } from "./commands/probe.js";
+import { plan } from "./commands/plan.js";
 import { profile } from "./commands/profile.js";
 import { quantize } from "./commands/quantize.js";
 import { synth } from "./commands/synth.js";
@@ -30,6 +31,7 @@ const commands: Record<string, Command> = {
   pack,
   machine,
   probe,
+  plan,
 };
 
 function helpText(name: string, c: Command): string {

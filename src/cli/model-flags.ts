@@ -32,6 +32,7 @@ export const modelFlags = {
   "read-ahead": { type: "string" },
   "sparse-stats": { type: "boolean" },
   trace: { type: "string" },
+  plan: { type: "string" },
 } as const;
 
 export const modelFlagsHelp: Record<keyof typeof modelFlags, string> = {
@@ -47,6 +48,7 @@ export const modelFlagsHelp: Record<keyof typeof modelFlags, string> = {
   "read-ahead":
     "neuron pack, inline decoder: neurons per batch of reads ahead (default min(1024, n_ff/8) when that staging is ≤ 5% of the up+down cache, else none; 0 off): with pinned gate rows, the next layer's likely-firing neurons are read in the background while this layer computes",
   "sparse-stats": "neuron pack only: print per-layer hit rate and bytes read per token",
+  plan: "neuron pack only: decode with this saved plan (`neuronpipe plan --out FILE`); by default a plan is made at load from this machine's probe, and every flag given overrides its knob",
   trace: "record actor events and I/O/kernel intervals as JSON lines to this file (`neuronpipe trace export|plot|stats|replay`)",
 };
 
@@ -74,6 +76,7 @@ export async function openFromFlags(path: string, v: Values, o: { threads?: numb
     io: backend !== undefined || queueDepth !== undefined ? { backend, queueDepth } : undefined,
     pinGates: pin === undefined ? undefined : pin === "auto" ? "auto" : pin === "on",
     readAhead,
+    plan: v.plan as string | undefined,
     onProgress: v.json ? undefined : progressBar("loading the hot region"),
   };
   // the plan's context is the session's (a pack's memory plan holds one session)
@@ -90,7 +93,7 @@ export async function openFromFlags(path: string, v: Values, o: { threads?: numb
 
 /** Library option names in a message → the flags a CLI user typed. */
 function flagNames(msg: string): string {
-  const names: Record<string, string> = { memory: "--memory", predictor: "--predictor", io: "--io", pinGates: "--pin-gates", readAhead: "--read-ahead", decoder: "--decoder", contextSize: "--ctx", threads: "--threads" };
+  const names: Record<string, string> = { plan: "--plan", memory: "--memory", predictor: "--predictor", io: "--io", pinGates: "--pin-gates", readAhead: "--read-ahead", decoder: "--decoder", contextSize: "--ctx", threads: "--threads" };
   return msg.replace(/^(\w+)(?= )/, (w) => names[w] ?? w).replace(/decoder "(\w+)"/, "--decoder $1");
 }
 

@@ -9,7 +9,7 @@
 // machine's measured bandwidths (src/tools/machine.ts).
 import type { SpanName, SpanRecord, TokenRecord, TraceHeader, TraceRecord } from "../trace/recorder.js";
 import { CoverageIndex, mergeIntervals, traceStats, type Interval } from "./stats.js";
-import { memoryBytesPerUs, type MachineBounds } from "../tools/machine.js";
+import { memoryBytesPerUs, type MachineBounds } from "../plan/machine.js";
 
 export interface BudgetRow {
   step: string;

@@ -96,6 +96,8 @@ export interface TraceHeader {
   startedAt: string; // ISO date
   threads: Record<string, number>; // lane → OS thread id (for the exported lanes)
   costs?: StepCosts; // bytes per step (absent in traces written before the time budget)
+  /** The execution plan the model was opened with (src/plan/planner.ts ExecutionPlan: knobs, overrides, predicted speed); packs only. */
+  plan?: { knobs: Record<string, unknown>; overrides?: Record<string, unknown>; predicted: { tokPerSec: number } } & Record<string, unknown>;
 }
 
 export type TraceRecord = TraceHeader | SpanRecord | TokenRecord | ActorRecord;

@@ -110,7 +110,7 @@ describe("modes on one pack, 50% of the FFN offloaded", () => {
   it("gate rows pinned, front/back tasks per layer (cold region ≥ one layer): oracle and trained decode the dense engine's 64 tokens, with reads", async () => {
     // a small hot share leaves a cold region holding a whole layer: the front/back path
     for (const predictor of ["oracle", "trained"] as const) {
-      const m = await loadSparseModel(packPath, { memory: budget(0.5, predictor === "trained"), predictor, decoder: "pipeline", hotShare: 0.25, contextSize: ctx });
+      const m = await loadSparseModel(packPath, { memory: budget(0.5, predictor === "trained"), predictor, decoder: "pipeline", pinGates: true, hotShare: 0.25, contextSize: ctx });
       try {
         expect(m.sparse!.plan.gatesPinned).toBe(true);
         expect(m.decoder.describe()).toMatch(/one front .* and one back .* task per layer/);

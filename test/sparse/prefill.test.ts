@@ -194,7 +194,7 @@ describe("streamed dense prefill, reads", () => {
 
   for (const decoder of ["inline", "pipeline"] as const)
   it(`${decoder}, traced: the prefill's GEMMs per chunk on the prefill lane and its reads on the I/O lane, inside the prefill record; trace plot draws them`, async () => {
-    const m = await loadSparseModel(packPath, { memory: budget(packPath, 0.5, true), decoder, contextSize: ctx });
+    const m = await loadSparseModel(packPath, { memory: budget(packPath, 0.5, true), decoder, pinGates: true, contextSize: ctx });
     const rec = m.createTrace();
     try {
       const s = m.createSession({ contextSize: ctx });

@@ -14,7 +14,7 @@ import { openPack } from "../../src/sparse/pack/open.js";
 import { writePack } from "../../src/sparse/pack/write.js";
 import type { SpanRecord, TokenRecord } from "../../src/trace/recorder.js";
 import { tokenBudget } from "../../src/trace-tools/budget.js";
-import type { MachineBounds } from "../../src/tools/machine.js";
+import type { MachineBounds } from "../../src/plan/machine.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const defaultModel = join(root, "models", "neuronpipe-default.gguf");

@@ -107,7 +107,7 @@ describe.each([
       [0.25, "auto", false],
     ];
     for (const [f, pinGates, pinned] of runs) {
-      const m = await loadSparseModel(packPath(), { memory: budgetForFfnFraction(pack, f, planOpts(pack, false)), predictor: "oracle", pinGates, contextSize: ctx });
+      const m = await loadSparseModel(packPath(), { memory: budgetForFfnFraction(pack, f, planOpts(pack, false)), predictor: "oracle", decoder: "inline", pinGates, contextSize: ctx });
       try {
         expect(m.sparse!.plan.gatesPinned).toBe(pinned);
         expect(m.sparse!.plan.ffnResident).toBeCloseTo(f, 2);
@@ -144,7 +144,7 @@ it.each([
   const want = top1(dense);
   dense.dispose();
   const pack = openPack(synthPackPath(packName));
-  const m = await loadSparseModel(synthPackPath(packName), { memory: budgetForFfnFraction(pack, 0.25, planOpts(pack, false)), predictor: "oracle", contextSize: ctx });
+  const m = await loadSparseModel(synthPackPath(packName), { memory: budgetForFfnFraction(pack, 0.25, planOpts(pack, false)), predictor: "oracle", decoder: "inline", contextSize: ctx });
   const got = top1(m);
   m.dispose();
   const agree = got.filter((t, i) => t === want[i]).length / got.length;
@@ -173,7 +173,7 @@ describe("default model, trained predictor", () => {
     const before = n.getThreads();
     try {
       for (const [f, io, threads] of runs) {
-        const m = await loadSparseModel(defaultPack, { memory: budgetForFfnFraction(pack, f, planOpts(pack, true)), io, threads, contextSize: ctx });
+        const m = await loadSparseModel(defaultPack, { memory: budgetForFfnFraction(pack, f, planOpts(pack, true)), io, threads, decoder: "inline", contextSize: ctx });
         try {
           const got = greedy(m, prompt, 24).logits;
           if (!ref) ref = got;
@@ -195,7 +195,7 @@ describe("default model, trained predictor", () => {
     const pd = perplexity(dense, evalTokens, 256).perplexity;
     dense.dispose();
     const pack = openPack(defaultPack);
-    const m = await loadSparseModel(defaultPack, { memory: budgetForFfnFraction(pack, 0.5, planOpts(pack, true, 256)), contextSize: 256 });
+    const m = await loadSparseModel(defaultPack, { memory: budgetForFfnFraction(pack, 0.5, planOpts(pack, true, 256)), decoder: "inline", contextSize: 256 });
     try {
       const ps = perplexity(m, evalTokens, 256).perplexity;
       // measured: dense 46.550, sparse 46.555 (+0.011%) on these 4096 tokens; on the whole
@@ -216,7 +216,7 @@ describe("default model, trained predictor", () => {
     const pack = openPack(defaultPack);
     for (const f of [0.5, 0.25]) {
       const budget = budgetForFfnFraction(pack, f, planOpts(pack, true));
-      const m = await loadSparseModel(defaultPack, { memory: budget, contextSize: ctx });
+      const m = await loadSparseModel(defaultPack, { memory: budget, decoder: "inline", contextSize: ctx });
       try {
         const prompt = m.tokenizer.encode("Call me Ishmael", { addBos: true });
         greedy(m, prompt, 64);

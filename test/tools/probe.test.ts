@@ -9,8 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli.js";
-import { measureDisk, measureMemory, type MachineBounds } from "../../src/tools/machine.js";
-import { measureKernels, measureMessages, measureReadRates } from "../../src/tools/probe.js";
+import { measureDisk, measureMemory, type MachineBounds } from "../../src/plan/machine.js";
+import { measureKernels, measureMessages, measureReadRates } from "../../src/plan/probe.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-probe-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

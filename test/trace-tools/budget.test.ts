@@ -16,7 +16,7 @@ import { writePack } from "../../src/sparse/pack/write.js";
 import { readTrace } from "../../src/trace/read.js";
 import type { SpanRecord, TokenRecord, TraceRecord } from "../../src/trace/recorder.js";
 import { tokenBudget } from "../../src/trace-tools/budget.js";
-import { measureDisk, type MachineBounds } from "../../src/tools/machine.js";
+import { measureDisk, type MachineBounds } from "../../src/plan/machine.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const defaultModel = join(root, "models", "neuronpipe-default.gguf");

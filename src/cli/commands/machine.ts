@@ -1,7 +1,7 @@
 // neuronpipe machine: measure what this machine can move per second (the bounds of the per-token
 // time budget that `trace stats` prints) and keep them in the cache.
 import { existsSync } from "node:fs";
-import { cachedMachine, machineCachePath, measureMachine, type MachineBounds } from "../../tools/machine.js";
+import { cachedMachine, machineCachePath, measureMachine, type MachineBounds } from "../../plan/machine.js";
 import { UsageError, type Command } from "../command.js";
 
 export const machine: Command = {

@@ -2,13 +2,16 @@
 // block size and queue depth on a file's storage, each kernel per weight type, message round
 // trips — and keep it in the cache (docs/formats.md, "machine.json").
 import { existsSync } from "node:fs";
-import { cachedMachine, machineCachePath, type MachineBounds } from "../../tools/machine.js";
-import { probeMachine } from "../../tools/probe.js";
+import { cachedMachine, machineCachePath, type MachineBounds } from "../../plan/machine.js";
+import { dirname } from "node:path";
+import { keepMachine } from "../../plan/machine.js";
+import { probeMachine } from "../../plan/probe.js";
+import { calibrateDecoders } from "../../tools/calibrate.js";
 import { UsageError, type Command } from "../command.js";
 import { progressBar } from "../progress.js";
 
 export const probe: Command = {
-  summary: "measure this machine for the planner: memory, reads by block size and depth, kernels, messages",
+  summary: "measure this machine for the planner: memory, reads by block size and depth, kernels, messages, the decoders' own costs",
   usage: "neuronpipe probe [--file PATH] [--refresh] [--json]",
   options: { file: { type: "string" }, refresh: { type: "boolean" }, json: { type: "boolean" }, help: { type: "boolean", short: "h" } },
   help: {
@@ -21,11 +24,18 @@ export const probe: Command = {
     const file = v.file as string | undefined;
     if (file !== undefined && !existsSync(file)) throw new UsageError(`--file ${file} does not exist`);
     let b: MachineBounds | undefined = v.refresh ? undefined : cachedMachine();
-    if (b && (!b.kernels || !b.messages || (file && !b.disk?.rates))) b = undefined;
+    if (b && (!b.kernels || !b.messages || !b.decoders || (file && !b.disk?.rates))) b = undefined;
     const measured = !b;
     if (!b) {
       const bar = v.json ? undefined : progressBar("probing");
       b = await probeMachine({ diskFile: file, onProgress: bar && ((d, t) => bar(d, t)) });
+      // the decoders' own costs, on the shipped model (tools/calibrate.ts)
+      const steps = 9;
+      let done = 0;
+      const cal = v.json ? undefined : progressBar("calibrating the decoders");
+      b.decoders = await calibrateDecoders(b, dirname(machineCachePath()), () => cal?.(++done, steps));
+      cal?.(steps, steps);
+      keepMachine(b, machineCachePath());
     }
     if (v.json) {
       process.stdout.write(JSON.stringify(b) + "\n");
@@ -51,6 +61,10 @@ export function formatProbe(b: MachineBounds, measured: boolean): string {
       const f = (k: string) => b.kernels!.find((x) => x.type === t && x.kernel === k);
       lines.push(`  ${t.padEnd(5)} ${[f("matvec")?.GBps, f("gather")?.GBps, f("axpy")?.GBps, f("matmul")?.GFLOPs].map((x) => (x === undefined ? "-" : x.toFixed(1)).padStart(8)).join(" ")}`);
     }
+  }
+  if (b.decoders) {
+    lines.push("decoders' own costs (fitted on the shipped model: tools/calibrate.ts):");
+    for (const [d, c] of Object.entries(b.decoders)) lines.push(`  ${d.padEnd(9)} ${c.layerUs.toFixed(1).padStart(7)} µs per layer, ${c.neuronNs.toFixed(1).padStart(6)} ns per flagged neuron, reads × ${c.readFactor.toFixed(2)}`);
   }
   if (b.messages) lines.push(`messages to a worker thread and back: postMessage ${b.messages.postMessageUs.toFixed(1)} µs, Atomics wait/notify ${b.messages.atomicsUs.toFixed(1)} µs (median)`);
   return lines.join("\n");

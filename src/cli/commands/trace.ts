@@ -8,7 +8,7 @@ import { traceSvg } from "../../trace-tools/plot.js";
 import { readTrace } from "../../trace/read.js";
 import { traceStats } from "../../trace-tools/stats.js";
 import { formatBudget, tokenBudget } from "../../trace-tools/budget.js";
-import { cachedMachine, machineCachePath, measureMachine, type MachineBounds } from "../../tools/machine.js";
+import { cachedMachine, machineCachePath, measureMachine, type MachineBounds } from "../../plan/machine.js";
 import { formatBytes } from "../../util/bytes.js";
 import { startInspector } from "../../inspect/server.js";
 import { replayTrace, type ReplayStop } from "../../trace-tools/replay.js";

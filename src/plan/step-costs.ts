@@ -12,7 +12,7 @@ const ATTENTION = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ff
 const FFN = ["ffn_gate", "ffn_up", "ffn_down", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"];
 
 /** Bytes of the steps of one decode token of this model (a plain model, or a pack with `sparse`). */
-export function stepCosts(file: GGUFFile, cfg: ModelConfig, sparse?: SparseParts): StepCosts {
+export function stepCosts(file: GGUFFile, cfg: ModelConfig, sparse?: Pick<SparseParts, "pack" | "predictor">): StepCosts {
   const bytes = (name: string) => file.tensorsByName.get(name)?.nbytes ?? 0;
   const perLayer = (names: string[]) => {
     let b = 0;

@@ -51,6 +51,21 @@ export interface MessageRates {
   atomicsUs: number;
 }
 
+/**
+ * `probe`: a decoder's own cost per token on this machine, beside its kernels and reads: µs per
+ * layer and ns per flagged neuron (cache lookups, chunking, task messages). Fitted on the shipped
+ * model with the whole FFN resident, once with its trained predictor and once with the oracle
+ * (every neuron flagged): what the kernels and reads of the planner's time model do not explain.
+ */
+export interface DecoderCalibration {
+  layerUs: number;
+  neuronNs: number;
+  /** Measured read time ÷ the time the probe's read rates give for the same requests (the decoder's reads come in several batches per layer, each waiting for its slowest request). */
+  readFactor: number;
+  /** The two runs it was fitted on: flagged neurons per token, measured µs per token, modelled µs per token without this cost. */
+  runs?: { flagged: number; measuredUs: number; modelledUs: number }[];
+}
+
 export interface MachineBounds {
   version: 2;
   measuredAt: string;
@@ -60,6 +75,7 @@ export interface MachineBounds {
   disk?: DiskBound;
   kernels?: KernelRate[];
   messages?: MessageRates;
+  decoders?: Partial<Record<"inline" | "pipeline" | "blocking", DecoderCalibration>>;
 }
 
 const MiB = 2 ** 20;

@@ -1,0 +1,94 @@
+// Which knobs a pack is decoded with: the execution plan's (plan/planner.ts) — made at load from
+// this machine's cached probe, or read from a saved plan — with every knob given explicitly
+// overriding it. The overrides are recorded in the plan that the model, its traces and the
+// benchmarks carry.
+import { availableParallelism } from "node:os";
+import { native } from "../native.js";
+import { cachedMachine, keepMachine, machineCachePath, measureBounds, type MachineBounds } from "../plan/machine.js";
+import { readPlanFile } from "../plan/plan-file.js";
+import { makePlan, plannerInput, type ExecutionPlan, type PlanKnobs } from "../plan/planner.js";
+import { measureKernels, measureReadRates } from "../plan/probe.js";
+import { planOptions, type PlanOptions } from "../sparse/memory-plan.js";
+import type { Pack } from "../sparse/pack/format.js";
+import type { DecoderKind } from "./decoder.js";
+import type { OpenOptions } from "./options.js";
+
+/** The memory plan's options of a pack opened with `kind` under `budget` (the planner sizes its candidates with the same). */
+export function sparsePlanOptions(p: Pack, kind: DecoderKind, budget: number, o: OpenOptions): PlanOptions {
+  // 1% of the budget, 256..2048 neurons: the actor decoders keep several read batches in flight,
+  // each filling the loader's queue; a prompt streams the dense FFN through it in chunks as large
+  // as half of it (fewer, larger GEMM calls and reads)
+  const stagingNeurons = o.stagingNeurons ?? Math.min(2048, Math.max(256, Math.floor((0.01 * budget) / p.bundleBytes)));
+  const pinGates = kind === "blocking" ? false : o.pinGates;
+  const predictor = (o.predictor ?? "trained") === "trained";
+  return planOptions(p.config, { ...o, stagingNeurons, pinGates, predictor, readAheadNeurons: kind === "inline" ? o.readAhead : 0, readAheadMaxShare: o.readAhead !== undefined ? 1 : undefined });
+}
+
+/**
+ * This host's probe: the cached one, else a brief one now (memory, the pack's storage, kernels;
+ * ~5 s, kept for the next load). Decoder costs are calibrated only by `neuronpipe probe`; until
+ * then the planner uses the reference machine's (time-model.ts, UNCALIBRATED).
+ */
+export function machineForPlan(packPath: string): MachineBounds {
+  const cached = cachedMachine();
+  if (cached) return cached;
+  const b = measureBounds(packPath);
+  if (b.disk) b.disk.rates = measureReadRates(b.disk.path, 0.03);
+  b.kernels = measureKernels(0.03);
+  keepMachine(b, machineCachePath());
+  return b;
+}
+
+/** The knobs given explicitly, as plan knobs. */
+function explicitKnobs(o: OpenOptions): Partial<PlanKnobs> {
+  const k: Partial<PlanKnobs> = {};
+  if (o.decoder !== undefined && o.decoder !== "auto" && (o.decoder === "inline" || o.decoder === "pipeline" || o.decoder === "blocking")) k.decoder = o.decoder;
+  if (o.threads !== undefined) k.threads = o.threads;
+  if (typeof o.pinGates === "boolean") k.pinGates = o.pinGates;
+  if (o.hotShare !== undefined) k.hotShare = o.hotShare;
+  if (o.clusterSize !== undefined) k.clusterSize = o.clusterSize;
+  if (o.readAhead !== undefined) k.readAhead = o.readAhead;
+  if (o.io?.queueDepth !== undefined) k.queueDepth = o.io.queueDepth;
+  return k;
+}
+
+/**
+ * The plan for opening `pack` with options `o` under `budget`, and the options with the plan's
+ * knobs filled in where `o` leaves them open. `o.plan` false: no plan (the fixed defaults).
+ */
+export function planForLoad(pack: Pack, budget: number, o: OpenOptions): { plan?: ExecutionPlan; options: OpenOptions } {
+  if (o.plan === false) return { options: o };
+  const given = explicitKnobs(o);
+  let plan: ExecutionPlan;
+  if (typeof o.plan === "string" || (o.plan && typeof o.plan === "object")) {
+    const where = typeof o.plan === "string" ? o.plan : "the plan given";
+    plan = typeof o.plan === "string" ? readPlanFile(o.plan) : o.plan;
+    if (plan.model.fingerprint !== pack.source.fingerprint) {
+      throw new RangeError(`plan: ${where} was made for ${plan.model.path} (model fingerprint ${plan.model.fingerprint.slice(0, 12)}), not ${pack.path} (${pack.source.fingerprint.slice(0, 12)}); make one with \`neuronpipe plan --model ${pack.path}\``);
+    }
+    plan = structuredClone(plan);
+    if (o.memory === undefined && plan.limits.memory !== null) budget = plan.limits.memory;
+  } else {
+    const m = machineForPlan(pack.path);
+    const predictor = o.predictor ?? "trained";
+    const inp = plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { ...o, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead }), predictor);
+    const cores = o.threads ?? native().getThreads() ?? availableParallelism();
+    plan = makePlan(inp, m, { memory: budget >= Number.MAX_SAFE_INTEGER ? undefined : budget, cores, contextSize: o.contextSize, predictor }, given);
+  }
+  const overrides: Record<string, unknown> = {};
+  for (const [key, v] of Object.entries(given)) if ((plan.knobs as unknown as Record<string, unknown>)[key] !== v || typeof o.plan !== "string") overrides[key] = v;
+  if (Object.keys(overrides).length) plan.overrides = overrides;
+  const k = { ...plan.knobs, ...given };
+  const options: OpenOptions = {
+    ...o,
+    memory: o.memory ?? (budget >= Number.MAX_SAFE_INTEGER ? undefined : budget),
+    decoder: k.decoder,
+    threads: k.threads,
+    pinGates: o.pinGates ?? k.pinGates,
+    hotShare: k.hotShare,
+    clusterSize: k.clusterSize,
+    readAhead: k.decoder === "inline" ? k.readAhead : undefined,
+    io: { ...o.io, queueDepth: k.queueDepth },
+  };
+  return { plan, options };
+}

@@ -1,0 +1,203 @@
+// The planner's model of one decode token's time, from the bytes and reads each step needs and
+// the rates this machine measured (`neuronpipe probe`): no timing of the model itself.
+//
+//   attention   n_layer × attention weights ÷ matvec rate of their type, + the KV cache ÷ memory
+//   predictor   predictor weights ÷ matvec rate (linear: Q8_0; mlp: F32)
+//   gate        flagged neurons × gate row ÷ gather rate (oracle: every gate row ÷ matvec rate)
+//   up/down     fired neurons × (up row ÷ gather rate + down column ÷ axpy rate)
+//   output      output norm + classifier ÷ matvec rate
+//   host        the decoder's own cost on the calling thread: µs per layer + ns per flagged
+//               neuron (cache lookups, chunking, task messages), calibrated by the probe on the
+//               shipped model with everything resident (probe.ts, measureDecoders)
+//   reads       per layer, the cache model's misses (cache-model.ts) as requests of a bundle
+//               (or up+down block) at depth min(queue depth, misses): misses ÷ reads/s measured at
+//               that block size and depth, + one request's latency
+//
+// How the decoders combine them:
+//   inline      compute + host + reads − hidden; with reads ahead, the reads of the likely-firing
+//               neurons of later layers overlap this layer's compute: hidden = min(ahead share ×
+//               reads, compute)
+//   pipeline    compute and reads run on different workers: max(compute + host, reads)
+//   blocking    (LLMFlash) every read before compute: compute + host + reads
+import type { GGUFFile } from "../gguf/reader.js";
+import type { StepCosts } from "../trace/recorder.js";
+import type { DecoderCalibration, KernelRate, MachineBounds, ReadRate } from "./machine.js";
+import type { Pack } from "../sparse/pack/format.js";
+import type { MemoryPlan } from "../sparse/memory-plan.js";
+import { forecastCache, type ProfileRates } from "./cache-model.js";
+
+export type PlannedDecoder = "inline" | "pipeline" | "blocking";
+
+/** The share of an inline token's reads that reads ahead start before the layer needs them (measured on the 7B at 50%: 40–43% of the I/O hidden). */
+export const AHEAD_SHARE = 0.45;
+
+/**
+ * A decoder's own costs before `neuronpipe probe` has calibrated them on this machine: the
+ * calibration of the machine this was written on (2 vCPU Zen 5; docs/benchmarks.md, "planner").
+ */
+export const UNCALIBRATED: Record<PlannedDecoder, DecoderCalibration> = {
+  inline: { layerUs: 25, neuronNs: 20, readFactor: 1.5 },
+  pipeline: { layerUs: 250, neuronNs: 20, readFactor: 2 },
+  blocking: { layerUs: 400, neuronNs: 20, readFactor: 1.5 },
+};
+
+export interface TokenTime {
+  /** µs per token, by step. */
+  attention: number;
+  predictor: number;
+  gate: number;
+  upDown: number;
+  output: number;
+  host: number;
+  reads: number;
+  /** µs of the reads hidden under compute. */
+  hidden: number;
+  total: number;
+  tokPerSec: number;
+  /** The step that bounds the token. */
+  bottleneck: "compute" | "reads" | "host";
+  /** Per token: expected read requests, bytes read, neurons flagged and fired, hit rate. */
+  readsPerToken: number;
+  readBytesPerToken: number;
+  flagged: number;
+  fired: number;
+  hitRate: number;
+}
+
+const TYPE_NAMES: Record<number, KernelRate["type"]> = { 0: "F32", 1: "F16", 8: "Q8_0", 2: "Q4_0" };
+
+/** GB/s of a kernel on a weight type at `threads`; the probe measured at its pool's threads, other counts scale with memory bandwidth. */
+export function kernelRate(m: MachineBounds, type: number, kernel: KernelRate["kernel"], threads: number): number {
+  const name = TYPE_NAMES[type] ?? "F32";
+  const k = m.kernels?.find((r) => r.type === name && r.kernel === kernel) ?? m.kernels?.find((r) => r.type === "F32" && r.kernel === kernel);
+  const mem = (t: number) => m.memory.find((x) => x.threads === t)?.readGBps ?? Math.max(...m.memory.map((x) => x.readGBps));
+  if (!k?.GBps) return mem(threads) * 0.8;
+  return (k.GBps * mem(threads)) / mem(k.threads);
+}
+
+/** Reads per second of `blockBytes` random reads at `depth`, interpolated (log-log) from the probe's table; the 4 KiB figure of the bounds when the table is missing. */
+export function readRate(m: MachineBounds, blockBytes: number, depth: number): number {
+  const rates = (m.disk?.rates ?? []).filter((r): r is ReadRate => r.kind === "random");
+  if (rates.length === 0) return m.disk ? (m.disk.random4kIops * 4096) / Math.max(4096, blockBytes) : 50_000;
+  const blocks = [...new Set(rates.map((r) => r.blockBytes))].sort((a, b) => a - b);
+  const at = (b: number, d: number) => {
+    const row = rates.filter((r) => r.blockBytes === b).sort((x, y) => x.queueDepth - y.queueDepth);
+    return interp(row.map((r) => [r.queueDepth, r.readsPerSecond] as const), d);
+  };
+  const byBlock = blocks.map((b) => [b, at(b, depth)] as const);
+  return interp(byBlock, Math.max(4096, blockBytes));
+}
+
+/** Log-log interpolation in sorted points, flat beyond the ends. */
+function interp(pts: readonly (readonly [number, number])[], x: number): number {
+  if (x <= pts[0]![0]) return pts[0]![1];
+  for (let i = 1; i < pts.length; i++) {
+    const [x1, y1] = pts[i]!;
+    if (x <= x1) {
+      const [x0, y0] = pts[i - 1]!;
+      const f = Math.log(x / x0) / Math.log(x1 / x0);
+      return Math.exp(Math.log(y0) + f * (Math.log(y1) - Math.log(y0)));
+    }
+  }
+  return pts[pts.length - 1]![1];
+}
+
+export interface ModelShape {
+  pack: Pack;
+  costs: StepCosts;
+  /** GGML types of the attention weights, the classifier and the predictor. */
+  attentionType: number;
+  outputType: number;
+  predictorType: number;
+  rates: ProfileRates;
+}
+
+export function modelShape(pack: Pack, costs: StepCosts, rates: ProfileRates): ModelShape {
+  const t = (name: string) => pack.file.tensorsByName.get(name)?.type ?? 0;
+  const f: GGUFFile = pack.file;
+  return {
+    pack,
+    costs,
+    attentionType: t("blk.0.attn_q.weight"),
+    outputType: f.tensorsByName.has("output.weight") ? t("output.weight") : t("token_embd.weight"),
+    predictorType: pack.predictor?.[0]?.type ?? 0,
+    rates,
+  };
+}
+
+export interface TimeOptions {
+  decoder: PlannedDecoder;
+  threads: number;
+  queueDepth: number;
+  /** Inline: reads ahead staged (the plan's readAheadBytes > 0). */
+  readAhead: boolean;
+  /** Position in the context the token is decoded at (KV cache bytes). */
+  position: number;
+  /** LLMFlash's window (blocking). */
+  window: number;
+}
+
+/** The predicted time of a decode token under a memory plan. */
+export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: TimeOptions): TokenTime {
+  const { pack, costs, rates } = s;
+  const { nLayer, nFF } = pack.config;
+  const us = (bytes: number, GBps: number) => bytes / (GBps * 1e3);
+  const mv = (type: number) => kernelRate(m, type, "matvec", o.threads);
+  const memGBps = m.memory.find((x) => x.threads === o.threads)?.readGBps ?? m.memory[0]!.readGBps;
+  const attention = us(nLayer * costs.attentionBytes, mv(s.attentionType)) + us(nLayer * costs.kvBytesPerPosition * (o.position + 1), memGBps);
+  const predictor = rates.oracle ? 0 : us(costs.predictorBytes ?? 0, mv(s.predictorType));
+  const flagged = rates.flaggedPerToken;
+  const fired = rates.firedPerToken;
+  const gate = rates.oracle ? us(nLayer * nFF * pack.gateBytes, mv(pack.gateType)) : us(flagged * pack.gateBytes, kernelRate(m, pack.gateType, "gather", o.threads));
+  const upDown = us(fired * pack.upBytes, kernelRate(m, pack.upType, "gather", o.threads)) + us(fired * pack.downBytes, kernelRate(m, pack.downType, "axpy", o.threads));
+  const output = us(costs.outputBytes, mv(s.outputType));
+  const cal: DecoderCalibration = m.decoders?.[o.decoder] ?? UNCALIBRATED[o.decoder];
+  const host = nLayer * cal.layerUs + (flagged * cal.neuronNs) / 1e3;
+  // reads: the cache model's misses, a request each
+  const blocking = o.decoder === "blocking";
+  const fc = forecastCache(rates, {
+    slots: plan.slots,
+    hotSlots: blocking ? 0 : plan.hotSlots,
+    clusterSize: plan.clusterSize,
+    gatesPinned: plan.gatesPinned,
+    window: blocking ? o.window : undefined,
+  });
+  const block = plan.gatesPinned ? pack.upDownBlock : pack.bundleBytes;
+  let reads = 0;
+  for (const k of fc.missesPerLayer) {
+    if (k <= 0.01) continue;
+    const depth = Math.max(1, Math.min(o.queueDepth, k));
+    reads += (k / readRate(m, block, depth)) * 1e6 + (1e6 / readRate(m, block, 1)) * Math.min(1, k);
+  }
+  reads *= cal.readFactor;
+  const compute = attention + predictor + gate + upDown + output;
+  let total: number;
+  let hidden = 0;
+  if (o.decoder === "pipeline") {
+    total = Math.max(compute + host, reads);
+    hidden = Math.min(reads, compute + host);
+  } else if (o.decoder === "inline" && o.readAhead && plan.gatesPinned) {
+    hidden = Math.min(AHEAD_SHARE * reads, compute);
+    total = compute + host + reads - hidden;
+  } else total = compute + host + reads;
+  const exposed = reads - hidden;
+  const bottleneck = exposed > compute && exposed > host ? "reads" : host > compute ? "host" : "compute";
+  return {
+    attention,
+    predictor,
+    gate,
+    upDown,
+    output,
+    host,
+    reads,
+    hidden,
+    total,
+    tokPerSec: 1e6 / total,
+    bottleneck,
+    readsPerToken: fc.missesPerToken,
+    readBytesPerToken: fc.missesPerToken * block,
+    flagged,
+    fired,
+    hitRate: fc.hitRate,
+  };
+}

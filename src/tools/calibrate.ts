@@ -1,0 +1,102 @@
+// The decoders' own costs on this machine (`neuronpipe probe`, last step): what the planner's time
+// model (plan/time-model.ts) does not get from kernel and read rates. Each decoder decodes the
+// shipped model's pack — everything resident, with its trained predictor and with the oracle
+// (every neuron flagged) — and, at a quarter of the FFN resident, with reads. From the three
+// runs: µs per layer and ns per flagged neuron (the two resident runs: what the kernels do not
+// explain), and the factor by which its reads take longer than the probe's rates say (the run
+// with reads). Other models and budgets are predicted from these; bench/planner.js measures how
+// well.
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { loadModel } from "../api/model.js";
+import { sparsePlanOptions } from "../decode/planned.js";
+import { budgetForFfnFraction, planMemory, planOptions } from "../sparse/memory-plan.js";
+import { openPack } from "../sparse/pack/open.js";
+import { writePack } from "../sparse/pack/write.js";
+import type { DecoderCalibration, MachineBounds } from "../plan/machine.js";
+import { plannerInput } from "../plan/planner.js";
+import { tokenTime } from "../plan/time-model.js";
+import { shippedFile } from "../util/package-files.js";
+
+const DECODERS = ["inline", "pipeline", "blocking"] as const;
+const CONTEXT = 256;
+
+/** The shipped model's pack: models/neuronpipe-default.pack.gguf when built, else one written once into `cacheDir`. */
+export async function calibrationPack(cacheDir: string): Promise<string> {
+  const model = shippedFile("neuronpipe-default.gguf");
+  const built = model.replace(/\.gguf$/, ".pack.gguf");
+  if (existsSync(built)) return built;
+  const out = join(cacheDir, "calibration.pack.gguf");
+  if (!existsSync(out)) await writePack(model, out, { profile: `${model}.profile.gguf`, predictor: `${model}.predictor.gguf` });
+  return out;
+}
+
+/** µs per decode token: the median of 5 sampled generations of `tokens` (seeded; greedy decoding of a small model falls into loops that read nothing) after a 64-token warm-up. */
+async function decodeUs(path: string, o: Parameters<typeof loadModel>[1], tokens: number): Promise<number> {
+  const model = await loadModel(path, { ...o, contextSize: CONTEXT, plan: false });
+  const s = model.createSession({ contextSize: CONTEXT });
+  const runs: number[] = [];
+  try {
+    for (let rep = -1; rep < 5; rep++) {
+      s.reset();
+      let n = 0;
+      let t0 = 0;
+      let t1 = 0;
+      for await (const _ of s.generate("The whale", { maxTokens: rep < 0 ? 64 : tokens, seed: rep + 1 })) {
+        t1 = performance.now();
+        if (++n === 1) t0 = t1;
+      }
+      if (rep >= 0) runs.push(((t1 - t0) * 1000) / (n - 1));
+    }
+  } finally {
+    s.dispose();
+    model.dispose();
+  }
+  return runs.sort((a, b) => a - b)[2]!;
+}
+
+/** Fit each decoder's costs on the shipped pack (a few seconds). */
+export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onStep?: (what: string) => void): Promise<NonNullable<MachineBounds["decoders"]>> {
+  const path = await calibrationPack(cacheDir);
+  const pack = openPack(path);
+  const threads = Math.max(...m.memory.map((x) => x.threads));
+  const out: NonNullable<MachineBounds["decoders"]> = {};
+  for (const decoder of DECODERS) {
+    const runs: NonNullable<DecoderCalibration["runs"]> = [];
+    const input = (predictor: "trained" | "oracle") =>
+      plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { contextSize: CONTEXT, predictor, pinGates: k.pinGates, readAhead: k.readAhead }), predictor);
+    const uncalibrated = { ...m, decoders: { [decoder]: { layerUs: 0, neuronNs: 0, readFactor: 1 } } };
+    for (const predictor of ["trained", "oracle"] as const) {
+      const inp = input(predictor);
+      const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, sparsePlanOptions(pack, decoder, Number.MAX_SAFE_INTEGER, { contextSize: CONTEXT, predictor }));
+      const t = tokenTime(inp.shape, mem, uncalibrated, { decoder, threads, queueDepth: 32, readAhead: false, position: 64, window: 5 });
+      onStep?.(`${decoder} decoder, ${predictor} predictor`);
+      const measured = await decodeUs(path, { decoder, predictor, threads }, 64);
+      runs.push({ flagged: t.flagged, measuredUs: measured, modelledUs: t.total });
+    }
+    // two runs, two unknowns: measured − modelled = n_layer·a + flagged·b
+    const [r0, r1] = runs as [(typeof runs)[0], (typeof runs)[0]];
+    const e0 = r0.measuredUs - r0.modelledUs;
+    const e1 = r1.measuredUs - r1.modelledUs;
+    const b = Math.max(0, r1.flagged !== r0.flagged ? (e1 - e0) / (r1.flagged - r0.flagged) : 0);
+    const a = Math.max(0, (e0 - r0.flagged * b) / pack.config.nLayer);
+    const fit: DecoderCalibration = { layerUs: a, neuronNs: b * 1e3, readFactor: 1, runs };
+    // reads: a quarter of the FFN resident, with the memory plan the decoder gets by default there
+    const inp = input("trained");
+    const budget = budgetForFfnFraction(pack, 0.25, planOptions(pack.config, { contextSize: CONTEXT }));
+    const mem = planMemory(pack, budget, sparsePlanOptions(pack, decoder, budget, { contextSize: CONTEXT }));
+    const t = tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: fit } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position: 64, window: 5 });
+    onStep?.(`${decoder} decoder with reads`);
+    const measured = await decodeUs(path, { decoder, threads, memory: budget }, 64);
+    runs.push({ flagged: t.flagged, measuredUs: measured, modelledUs: t.total });
+    if (t.reads > 0) {
+      // the reads' share of the measured token (the pipeline's reads bound it when they exceed compute)
+      const compute = t.attention + t.predictor + t.gate + t.upDown + t.output + t.host;
+      const readUs = decoder === "pipeline" ? measured : measured - compute;
+      const modelled = decoder === "pipeline" ? t.reads : t.reads - t.hidden;
+      fit.readFactor = Math.max(0.5, Math.min(8, readUs / Math.max(1, modelled)));
+    }
+    out[decoder] = fit;
+  }
+  return out;
+}
