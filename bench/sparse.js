@@ -271,7 +271,7 @@ async function childNeuronpipe() {
   const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
   const { traceStats } = await import(pathToFileURL(join(rootDir, "dist", "src", "trace-tools", "stats.js")).href);
   const { tokenBudget, formatBudget } = await import(pathToFileURL(join(rootDir, "dist", "src", "trace-tools", "budget.js")).href);
-  const { cachedMachine } = await import(pathToFileURL(join(rootDir, "dist", "src", "tools", "machine.js")).href);
+  const { cachedMachine } = await import(pathToFileURL(join(rootDir, "dist", "src", "plan", "machine.js")).href);
   const { traceSvg } = await import(pathToFileURL(join(rootDir, "dist", "src", "trace-tools", "plot.js")).href);
   const engine = v.engine ?? "pipeline";
   const t0 = performance.now();
@@ -339,7 +339,8 @@ async function childNeuronpipe() {
     medianRun: mid,
     pipeline: med.pipeline && { knobs: model.decoder.knobs, ...med.pipeline },
     budget: Number(v.budget),
-    plan: model.sparse.plan,
+    plan: model.sparse.plan, // the memory plan
+    executionPlan: model.plan, // the planner's knobs (explicit ones listed as overrides) and predicted speed
     io: model.sparse.io,
     hitRate: med.hitRate,
     bytesReadPerToken: med.bytesReadPerToken,
@@ -364,7 +365,7 @@ async function childDense() {
   log(`neuronpipe (${decoder}): loaded in ${loadSeconds.toFixed(1)} s`);
   const s = model.createSession({ contextSize: ctx });
   const { tokenBudget, formatBudget } = await import(pathToFileURL(join(rootDir, "dist", "src", "trace-tools", "budget.js")).href);
-  const { cachedMachine } = await import(pathToFileURL(join(rootDir, "dist", "src", "tools", "machine.js")).href);
+  const { cachedMachine } = await import(pathToFileURL(join(rootDir, "dist", "src", "plan", "machine.js")).href);
   let trace;
   const generate = (n, onToken) => generateTokens(s, n, onToken, trace);
   const budgets = [];
@@ -601,7 +602,7 @@ if (only?.includes("llama-prebuilt-limited") && !v["prebuilt-limited"])
 
 // the bounds of the per-token time budget: this machine's memory and storage, measured once
 // (the children read them from the cache), on the pack's storage, under the lock
-const { cachedMachine, measureMachine } = await import(pathToFileURL(join(rootDir, "dist", "src", "tools", "machine.js")).href);
+const { cachedMachine, measureMachine } = await import(pathToFileURL(join(rootDir, "dist", "src", "plan", "machine.js")).href);
 let machineBounds = cachedMachine();
 if (!machineBounds?.disk) {
   const lockFile = v.lock ?? process.env.NEURONPIPE_CPU_LOCK;

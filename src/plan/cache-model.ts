@@ -13,6 +13,10 @@
 //                last use; T solves Σ_i (1 − e^(−a_i·T)) = cold slots, and neuron i hits with
 //                probability 1 − e^(−a_i·T)
 //   window       (blocking, LLMFlash) also drops a neuron unused for w tokens: hit ≤ 1 − (1 − a_i)^w
+//   demotion     (whole bundles, hot/cold cache) a flagged neuron that stays silent goes to the
+//                LRU's tail (NeuronCache.demoteSilent) and is the next evicted: what stays is
+//                what fired, so residency follows p_i (T from Σ (1 − e^(−p_i·T)) = cold slots)
+//                while every flagged access (q_i) that finds its neuron absent is a read
 //
 // Neurons are taken in buckets of similar a_i (log-spaced), so evaluating one cache shape costs
 // a pass over the clusters and a bisection over ~200 buckets, not over every neuron.
@@ -71,10 +75,16 @@ export interface CacheShape {
 }
 
 export interface CacheForecast {
-  /** Expected misses per token, all layers (one request each, of a bundle or an up+down block). */
+  /** Expected misses per token, all layers (one request each). */
   missesPerToken: number;
-  /** Per layer (nLayer). */
-  missesPerLayer: Float64Array;
+  /**
+   * Per layer (nLayer): reads of gate blocks (whole bundles cached: a flagged neuron found absent),
+   * up+down blocks (one that then fires, or with pinned gates any firing neuron found absent),
+   * and whole bundles (LLMFlash's window cache loads a flagged neuron whole).
+   */
+  gateMisses: Float64Array;
+  upDownMisses: Float64Array;
+  bundleMisses: Float64Array;
   /** Expected accesses per token (neurons that need a slot). */
   accessesPerToken: number;
   hitRate: number;
@@ -94,8 +104,10 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
   };
   let accesses = 0;
   for (let l = 0; l < nLayer; l++) for (let i = l * nFF; i < (l + 1) * nFF; i++) accesses += access(l, i);
-  const missesPerLayer = new Float64Array(nLayer);
-  if (shape.slots >= N && shape.window === undefined) return { missesPerToken: 0, missesPerLayer, accessesPerToken: accesses, hitRate: 1 };
+  const gateMisses = new Float64Array(nLayer);
+  const upDownMisses = new Float64Array(nLayer);
+  const bundleMisses = new Float64Array(nLayer);
+  if (shape.slots >= N && shape.window === undefined) return { missesPerToken: 0, gateMisses, upDownMisses, bundleMisses, accessesPerToken: accesses, hitRate: 1 };
   // hot region: the clusters with the most firings (as NeuronCache.preload picks them)
   const C = shape.clusterSize;
   const perLayer = Math.ceil(nFF / C);
@@ -112,17 +124,24 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     w.sort((a, b) => b.f - a.f || a.k - b.k);
     for (const { k } of w.slice(0, Math.floor(shape.hotSlots / C))) hot[k] = 1;
   }
-  // cold candidates in buckets of similar access rate, per layer
+  // cold candidates in buckets of similar holding rate, per layer: the rate that keeps a neuron
+  // in the LRU (its accesses; with demotion, its firings) and the rate of its accesses
+  const demoted = !shape.gatesPinned && shape.window === undefined;
   const count = new Float64Array(nLayer * BUCKETS);
   const rate = new Float64Array(nLayer * BUCKETS);
+  const accessRate = new Float64Array(nLayer * BUCKETS);
+  const fireRate = new Float64Array(nLayer * BUCKETS);
   for (let l = 0; l < nLayer; l++) {
     for (let p = 0; p < nFF; p++) {
       if (hot[l * perLayer + Math.floor(p / C)]) continue;
       const a = access(l, l * nFF + p);
       if (!(a > 0)) continue;
-      const b = l * BUCKETS + bucketOf(a);
+      const h = demoted ? r.fire[l * nFF + p]! : a;
+      const b = l * BUCKETS + bucketOf(h);
       count[b]! += 1;
-      rate[b]! += a;
+      rate[b]! += h;
+      accessRate[b]! += a;
+      fireRate[b]! += r.fire[l * nFF + p]!;
     }
   }
   const cold = Math.max(0, shape.slots - shape.hotSlots);
@@ -145,14 +164,22 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     T = lo;
   }
   let misses = 0;
+  let accessMisses = 0;
   for (let b = 0; b < count.length; b++) {
     if (!count[b]) continue;
     const a = rate[b]! / count[b]!;
     let hit = T === Infinity ? 1 : 1 - Math.exp(-a * T);
     if (shape.window !== undefined) hit = Math.min(hit, 1 - Math.pow(1 - Math.min(1, a), shape.window));
-    const m = rate[b]! * (1 - hit);
-    missesPerLayer[Math.floor(b / BUCKETS)]! += m;
-    misses += m;
+    const l = Math.floor(b / BUCKETS);
+    const m = accessRate[b]! * (1 - hit);
+    accessMisses += m;
+    if (shape.window !== undefined) bundleMisses[l]! += m;
+    else if (shape.gatesPinned) upDownMisses[l]! += m;
+    else {
+      gateMisses[l]! += m;
+      upDownMisses[l]! += fireRate[b]! * (1 - hit);
+    }
   }
-  return { missesPerToken: misses, missesPerLayer, accessesPerToken: accesses, hitRate: accesses > 0 ? 1 - misses / accesses : 1 };
+  for (let l = 0; l < nLayer; l++) misses += gateMisses[l]! + upDownMisses[l]! + bundleMisses[l]!;
+  return { missesPerToken: misses, gateMisses, upDownMisses, bundleMisses, accessesPerToken: accesses, hitRate: accesses > 0 ? 1 - accessMisses / accesses : 1 };
 }

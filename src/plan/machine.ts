@@ -60,9 +60,11 @@ export interface MessageRates {
 export interface DecoderCalibration {
   layerUs: number;
   neuronNs: number;
-  /** Measured read time ÷ the time the probe's read rates give for the same requests (the decoder's reads come in several batches per layer, each waiting for its slowest request). */
+  /** Measured read time ÷ the time the probe's read rates give for the same requests (how deep the decoder really keeps the queue). */
   readFactor: number;
-  /** The two runs it was fitted on: flagged neurons per token, measured µs per token, modelled µs per token without this cost. */
+  /** µs each batch of reads costs beyond one request's latency (submitting, completing, copying into slots). */
+  batchUs: number;
+  /** The runs it was fitted on: flagged neurons per token, measured µs per token, modelled µs per token before this calibration. */
   runs?: { flagged: number; measuredUs: number; modelledUs: number }[];
 }
 

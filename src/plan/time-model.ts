@@ -9,9 +9,10 @@
 //   host        the decoder's own cost on the calling thread: µs per layer + ns per flagged
 //               neuron (cache lookups, chunking, task messages), calibrated by the probe on the
 //               shipped model with everything resident (probe.ts, measureDecoders)
-//   reads       per layer, the cache model's misses (cache-model.ts) as requests of a bundle
-//               (or up+down block) at depth min(queue depth, misses): misses ÷ reads/s measured at
-//               that block size and depth, + one request's latency
+//   reads       per layer, the cache model's misses (cache-model.ts) as requests of a gate block,
+//               an up+down block or a bundle, each kind one batch at depth min(queue depth,
+//               misses): misses ÷ reads/s measured at that block size and depth, + one request's
+//               latency; × the decoder's calibrated read factor
 //
 // How the decoders combine them:
 //   inline      compute + host + reads − hidden; with reads ahead, the reads of the likely-firing
@@ -36,9 +37,9 @@ export const AHEAD_SHARE = 0.45;
  * calibration of the machine this was written on (2 vCPU Zen 5; docs/benchmarks.md, "planner").
  */
 export const UNCALIBRATED: Record<PlannedDecoder, DecoderCalibration> = {
-  inline: { layerUs: 25, neuronNs: 20, readFactor: 1.5 },
-  pipeline: { layerUs: 250, neuronNs: 20, readFactor: 2 },
-  blocking: { layerUs: 400, neuronNs: 20, readFactor: 1.5 },
+  inline: { layerUs: 25, neuronNs: 2, readFactor: 1, batchUs: 50 },
+  pipeline: { layerUs: 250, neuronNs: 0, readFactor: 2, batchUs: 100 },
+  blocking: { layerUs: 300, neuronNs: 0, readFactor: 1.5, batchUs: 100 },
 };
 
 export interface TokenTime {
@@ -52,6 +53,9 @@ export interface TokenTime {
   reads: number;
   /** µs of the reads hidden under compute. */
   hidden: number;
+  /** The reads' parts before calibration: µs at the probe's rates, and batches per token. */
+  readThroughputUs: number;
+  readBatches: number;
   total: number;
   tokPerSec: number;
   /** The step that bounds the token. */
@@ -162,14 +166,26 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     gatesPinned: plan.gatesPinned,
     window: blocking ? o.window : undefined,
   });
-  const block = plan.gatesPinned ? pack.upDownBlock : pack.bundleBytes;
-  let reads = 0;
-  for (const k of fc.missesPerLayer) {
-    if (k <= 0.01) continue;
-    const depth = Math.max(1, Math.min(o.queueDepth, k));
-    reads += (k / readRate(m, block, depth)) * 1e6 + (1e6 / readRate(m, block, 1)) * Math.min(1, k);
+  // per layer, each kind of read is one batch (gate blocks, then up+down blocks of those that
+  // fire): its requests at the probe's rate for that block size and depth, × the decoder's read
+  // factor, + one request's latency and the decoder's cost per batch
+  let throughput = 0;
+  let batches = 0;
+  let latency = 0;
+  let readBytes = 0;
+  const batch = (k: number, block: number) => {
+    if (k <= 0.01) return;
+    throughput += (k / readRate(m, block, Math.max(1, Math.min(o.queueDepth, k)))) * 1e6;
+    batches += Math.min(1, k);
+    latency += (1e6 / readRate(m, block, 1)) * Math.min(1, k);
+    readBytes += k * block;
+  };
+  for (let l = 0; l < nLayer; l++) {
+    batch(fc.gateMisses[l]!, pack.gateBlock);
+    batch(fc.upDownMisses[l]!, pack.upDownBlock);
+    batch(fc.bundleMisses[l]!, pack.bundleBytes);
   }
-  reads *= cal.readFactor;
+  const reads = throughput * cal.readFactor + latency + batches * cal.batchUs;
   const compute = attention + predictor + gate + upDown + output;
   let total: number;
   let hidden = 0;
@@ -191,11 +207,13 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     host,
     reads,
     hidden,
+    readThroughputUs: throughput,
+    readBatches: batches,
     total,
     tokPerSec: 1e6 / total,
     bottleneck,
     readsPerToken: fc.missesPerToken,
-    readBytesPerToken: fc.missesPerToken * block,
+    readBytesPerToken: readBytes,
     flagged,
     fired,
     hitRate: fc.hitRate,

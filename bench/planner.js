@@ -1,0 +1,258 @@
+#!/usr/bin/env node
+// The planner against measurement (`npm run bench`, issue 16): does the plan made at load predict
+// the speed it gets, and is it the fastest of the configurations a user could set by hand?
+//
+//   1. the default model's pack at 25/50/75/100% of the FFN: the plan's predicted tok/s beside
+//      the measured (no flags: the planner's knobs)
+//   2. a grid of hand-set configurations (decoder × pinned gate rows × hot share × reads ahead,
+//      14 of them) at 25% and 50% of the default model and at 50% of the 7B: the planner's
+//      choice ÷ the fastest measured in the same run
+//   3. every explicit decoder beside the default at 25/50/100% (is the default ever the slow one?)
+//   4. `plan --min-speed`: the budget it names for half the resident speed, run
+//   5. the 7B-shaped model (--dir) at 25/50/75/100% predicted vs measured, and the paper's
+//      Fig. 9: speed vs memory from the smallest workable budget to everything resident, measured
+//      and predicted, with llama.cpp (norepack, mmap) in a memory cgroup of the same limit
+//      (bench/sparse.js --only llama-norepack-limited) — docs/img/speed-vs-memory-7b.svg
+//
+//   node bench/planner.js [--dir /work/models7b] [--tokens 48] [--tokens-7b 12] [--no-llama]
+//                         [--lock FILE] [--out bench/results/planner.json]
+// Decode speed = tokens/s of sampled generations (seeded; greedy decoding of the small model
+// falls into loops that read nothing), median of 3 after a warm-up, one model at a time.
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+
+const benchDir = dirname(fileURLToPath(import.meta.url));
+const rootDir = resolve(benchDir, "..");
+const { values: v } = parseArgs({
+  options: {
+    dir: { type: "string" },
+    tokens: { type: "string", default: "48" },
+    "tokens-7b": { type: "string", default: "12" },
+    "no-llama": { type: "boolean" },
+    lock: { type: "string" },
+    out: { type: "string", default: join(rootDir, "bench", "results", "planner.json") },
+  },
+});
+const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
+const planner = await import(pathToFileURL(join(rootDir, "dist", "src", "plan", "planner.js")).href);
+const { sparsePlanOptions, machineForPlan } = await import(pathToFileURL(join(rootDir, "dist", "src", "decode", "planned.js")).href);
+const log = (s) => process.stderr.write(`[planner] ${s}\n`);
+const MiB = 2 ** 20;
+
+/** Median decode tok/s of 3 sampled generations after a warm-up, and the plan the model was loaded with. */
+async function measure(path, opts, { tokens, ctx, reps = 3, warmup = 8 }) {
+  const model = await np.loadModel(path, { contextSize: ctx, ...opts });
+  const s = model.createSession({ contextSize: ctx });
+  const runs = [];
+  let reads = 0;
+  let counted = 0;
+  try {
+    for (let rep = -1; rep < reps; rep++) {
+      s.reset();
+      let n = 0;
+      let t0 = 0;
+      let t1 = 0;
+      for await (const _ of s.generate("The whale swam", { maxTokens: rep < 0 ? warmup : tokens, seed: rep + 1 })) {
+        t1 = performance.now();
+        if (++n === 1) {
+          t0 = t1;
+          model.sparse?.resetStats();
+        }
+      }
+      if (rep < 0) continue;
+      runs.push((n - 1) / ((t1 - t0) / 1000));
+      const r = model.sparse?.report();
+      if (r) {
+        reads += r.reduce((a, x) => a + x.reads, 0);
+        counted += r[0].tokens;
+      }
+    }
+  } finally {
+    s.dispose();
+    await model[Symbol.asyncDispose]();
+  }
+  runs.sort((a, b) => a - b);
+  const p = model.plan;
+  return { tokPerSec: runs[(runs.length - 1) >> 1], runs, readsPerToken: counted ? reads / counted : 0, knobs: p?.knobs, overrides: p?.overrides, predicted: p?.predicted.tokPerSec, predictedReads: p?.predicted.readsPerToken, bottleneck: p?.predicted.bottleneck };
+}
+
+const GRID = [];
+for (const decoder of ["inline", "pipeline", "blocking"])
+  for (const pinGates of decoder === "blocking" ? [false] : [true, false])
+    for (const hotShare of decoder === "blocking" ? [0.5, 0.9] : [0.5, 0.9])
+      for (const readAhead of decoder === "inline" && pinGates ? [undefined, 0] : [undefined]) GRID.push({ decoder, pinGates, hotShare, ...(readAhead === undefined ? {} : { readAhead }) });
+
+async function grid(path, budget, o) {
+  const planned = await measure(path, { memory: budget }, o);
+  const rows = [];
+  for (const c of GRID) {
+    try {
+      rows.push({ config: c, ...(await measure(path, { memory: budget, ...c }, o)) });
+    } catch (e) {
+      rows.push({ config: c, refused: String(e.message).split("\n")[0] });
+    }
+    const r = rows.at(-1);
+    log(`  ${JSON.stringify(c)}: ${r.refused ? `refused (${r.refused.slice(0, 80)}…)` : `${r.tokPerSec.toFixed(2)} tok/s (predicted ${r.predicted.toFixed(2)})`}`);
+  }
+  const fastest = Math.max(...rows.filter((r) => !r.refused).map((r) => r.tokPerSec));
+  log(`  planned ${JSON.stringify(planned.knobs)}: ${planned.tokPerSec.toFixed(2)} tok/s = ${(planned.tokPerSec / fastest).toFixed(3)} of the fastest hand-set (${fastest.toFixed(2)}); ${rows.filter((r) => !r.refused).length} configurations ran`);
+  return { budget, planned, fastest, ratio: planned.tokPerSec / fastest, configurations: rows };
+}
+
+function fractionBudget(path, f, ctx) {
+  const pack = np.openPack(path);
+  return f >= 1 ? undefined : np.budgetForFfnFraction(pack, f, np.planOptions(pack.config, { contextSize: ctx }));
+}
+
+const results = { date: new Date().toISOString(), machine: machineForPlan(join(rootDir, "models", "neuronpipe-default.gguf")), defaultModel: {}, sevenB: undefined };
+
+// ---- the default model ---------------------------------------------------------------------
+const packPath = join(rootDir, "models", "neuronpipe-default.pack.gguf");
+if (!existsSync(packPath)) {
+  const r = spawnSync(process.execPath, [join(rootDir, "bin", "neuronpipe.js"), "pack"], { stdio: "inherit" });
+  if (r.status !== 0) throw new Error("neuronpipe pack failed");
+}
+{
+  const o = { tokens: Number(v.tokens), ctx: 256 };
+  const out = results.defaultModel;
+  out.fractions = [];
+  for (const f of [0.25, 0.5, 0.75, 1]) {
+    const budget = fractionBudget(packPath, f, o.ctx);
+    const r = await measure(packPath, { memory: budget }, o);
+    out.fractions.push({ ffn: f, budget: budget ?? null, ...r, error: r.predicted / r.tokPerSec - 1 });
+    log(`default model, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(1)} tok/s, predicted ${r.predicted.toFixed(1)} (${((100 * (r.predicted - r.tokPerSec)) / r.tokPerSec).toFixed(0)}%), ${JSON.stringify(r.knobs)}`);
+  }
+  out.grid = [];
+  for (const f of [0.25, 0.5]) {
+    log(`default model, grid at ${100 * f}% of the FFN:`);
+    out.grid.push({ ffn: f, ...(await grid(packPath, fractionBudget(packPath, f, o.ctx), o)) });
+  }
+  out.modes = [];
+  for (const f of [0.25, 0.5, 1]) {
+    const budget = fractionBudget(packPath, f, o.ctx);
+    const row = { ffn: f, default: (await measure(packPath, { memory: budget }, o)).tokPerSec };
+    for (const decoder of ["inline", "pipeline", "blocking"]) row[decoder] = (await measure(packPath, { memory: budget, decoder }, o)).tokPerSec;
+    row.defaultOverFastest = row.default / Math.max(row.inline, row.pipeline, row.blocking);
+    out.modes.push(row);
+    log(`default model, ${100 * f}%: default ${row.default.toFixed(1)}, inline ${row.inline.toFixed(1)}, pipeline ${row.pipeline.toFixed(1)}, blocking ${row.blocking.toFixed(1)} tok/s: default = ${row.defaultOverFastest.toFixed(3)} of the fastest mode`);
+  }
+  // --min-speed: half the resident speed the planner predicts
+  const pack = np.openPack(packPath);
+  const inp = planner.plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { contextSize: o.ctx, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead }));
+  const m = machineForPlan(packPath);
+  const limits = { cores: np.native().getThreads(), contextSize: o.ctx };
+  const top = planner.makePlan(inp, m, limits);
+  const target = Math.round(top.predicted.tokPerSec / 4);
+  const named = planner.budgetForSpeed(inp, m, limits, target);
+  const run = await measure(packPath, { memory: named.memory.budget }, o);
+  out.minSpeed = { target, budget: named.memory.budget, predicted: named.predicted.tokPerSec, measured: run.tokPerSec, reached: run.tokPerSec / target };
+  log(`plan --min-speed ${target}: ${(named.memory.budget / MiB).toFixed(1)} MiB; measured there ${run.tokPerSec.toFixed(1)} tok/s = ${(run.tokPerSec / target).toFixed(2)} of the target`);
+  out.sweep = planner.sweepPlans(inp, m, limits, 10).map((p) => ({ budget: p.memory.budget, tokPerSec: p.predicted.tokPerSec, decoder: p.knobs.decoder }));
+}
+
+// ---- the 7B-shaped model ---------------------------------------------------------------------
+const pack7 = v.dir && join(v.dir, "llama2-7b-sparse-q4_0-seed1-linear.pack.gguf");
+if (pack7 && existsSync(pack7)) {
+  const model7 = join(v.dir, "llama2-7b-sparse-q4_0-seed1.gguf");
+  const o = { tokens: Number(v["tokens-7b"]), ctx: 512, reps: 2, warmup: 4 };
+  const out = (results.sevenB = { pack: pack7, fractions: [], fig9: [] });
+  for (const f of [0.25, 0.5, 0.75, 1]) {
+    const budget = fractionBudget(pack7, f, o.ctx);
+    const r = await measure(pack7, { memory: budget }, o);
+    out.fractions.push({ ffn: f, budget: budget ?? null, ...r, error: r.predicted / r.tokPerSec - 1 });
+    log(`7B, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(2)} tok/s, predicted ${r.predicted.toFixed(2)} (${((100 * (r.predicted - r.tokPerSec)) / r.tokPerSec).toFixed(0)}%), ${JSON.stringify(r.knobs)}`);
+  }
+  log("7B, grid at 50% of the FFN:");
+  out.grid = await grid(pack7, fractionBudget(pack7, 0.5, o.ctx), o);
+  // Fig. 9: from the smallest workable budget to everything resident
+  const pack = np.openPack(pack7);
+  const inp = planner.plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { contextSize: o.ctx, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead }));
+  const m = machineForPlan(pack7);
+  const limits = { cores: np.native().getThreads(), contextSize: o.ctx };
+  out.predicted = planner.sweepPlans(inp, m, limits, 16).map((p) => ({ budget: p.memory.budget, tokPerSec: p.predicted.tokPerSec, decoder: p.knobs.decoder }));
+  const lo = planner.smallestBudget(inp, limits);
+  const hi = planner.wholeBudget(inp, limits);
+  for (let i = 0; i < 6; i++) {
+    const budget = Math.round(lo + ((hi - lo) * i) / 5);
+    const r = await measure(pack7, { memory: budget }, o);
+    const point = { budget, measured: r.tokPerSec, predicted: r.predicted, knobs: r.knobs };
+    if (!v["no-llama"]) {
+      // llama.cpp norepack in a memory cgroup of the same limit (+ node's own runtime, as bench/sparse.js)
+      const tmp = join(rootDir, "bench", "results", `.planner-llama-${i}.json`);
+      const args = [join(benchDir, "sparse.js"), "--dir", v.dir, "--only", "llama-norepack-limited", "--ffn", ffnOf(budget), "--limited-repeat", "1", "--limited-decode", "8", "--peer-timeout", "240", "--out", tmp, ...(v.lock ? ["--lock", v.lock] : [])];
+      const res = spawnSync(process.execPath, args, { stdio: ["ignore", "ignore", "inherit"] });
+      try {
+        const j = JSON.parse(readFileSync(tmp, "utf8"));
+        const run = j.results.find((x) => x.id === "llama-norepack-limited");
+        point.llama = run?.error ? null : (run?.decodeTokensPerSecond ?? null);
+        point.llamaLimit = run?.cgroup?.limit ?? null;
+        point.llamaLimited = run?.limited ?? null;
+      } catch (e) {
+        point.llama = null;
+        point.llamaError = `bench/sparse.js exited ${res.status}: ${e.message}`;
+      }
+    }
+    out.fig9.push(point);
+    log(`7B Fig. 9, ${(budget / 2 ** 30).toFixed(2)} GiB: measured ${r.tokPerSec.toFixed(2)} tok/s, predicted ${r.predicted.toFixed(2)}${point.llama !== undefined ? `, llama.cpp ${point.llama === null ? "—" : point.llama.toFixed(2)}` : ""}`);
+  }
+  writeFileSync(join(rootDir, "docs", "img", "speed-vs-memory-7b.svg"), fig9Svg(out, pack));
+  log("wrote docs/img/speed-vs-memory-7b.svg");
+
+  /** The FFN share bench/sparse.js sizes its budget by, for a budget in bytes (its --ffn). */
+  function ffnOf(budget) {
+    let lo = 0;
+    let hi = 1;
+    const opts = np.planOptions(pack.config, { contextSize: o.ctx });
+    for (let k = 0; k < 30; k++) {
+      const mid = (lo + hi) / 2;
+      if (np.budgetForFfnFraction(pack, mid, opts) < budget) lo = mid;
+      else hi = mid;
+    }
+    return lo.toFixed(4);
+  }
+  void model7;
+}
+
+mkdirSync(dirname(v.out), { recursive: true });
+writeFileSync(v.out, JSON.stringify(results, null, 2) + "\n");
+log(`wrote ${v.out}`);
+
+/** Speed vs memory: measured points, the predicted curve, llama.cpp's points (one SVG). */
+function fig9Svg(out, pack) {
+  const W = 760;
+  const H = 440;
+  const L = 70;
+  const R = 20;
+  const T = 40;
+  const B = 60;
+  const pts = [...out.fig9.map((p) => p.budget), ...out.predicted.map((p) => p.budget)];
+  const x0 = Math.min(...pts);
+  const x1 = Math.max(...pts);
+  const ys = [...out.fig9.flatMap((p) => [p.measured, p.predicted, p.llama ?? 0]), ...out.predicted.map((p) => p.tokPerSec)];
+  const y1 = Math.ceil(Math.max(...ys) / 5) * 5;
+  const X = (b) => L + ((b - x0) / (x1 - x0 || 1)) * (W - L - R);
+  const Y = (t) => H - B - (t / y1) * (H - T - B);
+  const el = [`<rect width="${W}" height="${H}" fill="white"/>`, `<text x="${W / 2}" y="22" text-anchor="middle" font-family="sans-serif" font-size="15">Decode speed vs memory — llama2-7b-shaped Q4_0 (${(pack.config.nLayer * pack.config.nFF).toLocaleString()} FFN neurons), 2 cores</text>`];
+  for (let t = 0; t <= y1; t += y1 > 20 ? 5 : 2) el.push(`<line x1="${L}" x2="${W - R}" y1="${Y(t)}" y2="${Y(t)}" stroke="#eee"/><text x="${L - 6}" y="${Y(t) + 4}" text-anchor="end" font-family="sans-serif" font-size="11">${t}</text>`);
+  for (const p of out.fig9) el.push(`<text x="${X(p.budget)}" y="${H - B + 16}" text-anchor="middle" font-family="sans-serif" font-size="11">${(p.budget / 2 ** 30).toFixed(2)}</text>`);
+  el.push(`<text x="${(L + W - R) / 2}" y="${H - 18}" text-anchor="middle" font-family="sans-serif" font-size="12">memory budget (GiB)</text>`);
+  el.push(`<text x="16" y="${(T + H - B) / 2}" transform="rotate(-90 16 ${(T + H - B) / 2})" text-anchor="middle" font-family="sans-serif" font-size="12">decode tokens/s</text>`);
+  el.push(`<polyline fill="none" stroke="#1f77b4" stroke-dasharray="5,4" stroke-width="2" points="${out.predicted.map((p) => `${X(p.budget)},${Y(p.tokPerSec)}`).join(" ")}"/>`);
+  el.push(`<polyline fill="none" stroke="#1f77b4" stroke-width="2.5" points="${out.fig9.map((p) => `${X(p.budget)},${Y(p.measured)}`).join(" ")}"/>`);
+  for (const p of out.fig9) el.push(`<circle cx="${X(p.budget)}" cy="${Y(p.measured)}" r="4" fill="#1f77b4"/>`);
+  const llama = out.fig9.filter((p) => typeof p.llama === "number");
+  if (llama.length) {
+    el.push(`<polyline fill="none" stroke="#d62728" stroke-width="2" points="${llama.map((p) => `${X(p.budget)},${Y(p.llama)}`).join(" ")}"/>`);
+    for (const p of llama) el.push(`<rect x="${X(p.budget) - 3.5}" y="${Y(p.llama) - 3.5}" width="7" height="7" fill="#d62728"/>`);
+  }
+  const key = [
+    ["#1f77b4", "", "neuronpipe, measured (the plan made at load)"],
+    ["#1f77b4", "5,4", "neuronpipe, predicted by the planner"],
+    ["#d62728", "", "llama.cpp norepack (mmap) in a memory cgroup of the budget + 256 MiB"],
+  ];
+  key.forEach(([c, d, t], i) => el.push(`<line x1="${L + 10}" x2="${L + 40}" y1="${T + 10 + 16 * i}" y2="${T + 10 + 16 * i}" stroke="${c}" stroke-width="2" ${d ? `stroke-dasharray="${d}"` : ""}/><text x="${L + 46}" y="${T + 14 + 16 * i}" font-family="sans-serif" font-size="11">${t}</text>`));
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}">\n${el.join("\n")}\n</svg>\n`;
+}
