@@ -9,7 +9,8 @@ export interface Command {
   usage: string;
   options: Options;
   help: Record<string, string>;
-  run(values: Values, positionals: string[]): Promise<void>;
+  /** Runs the command; a number is the exit code (default 0). */
+  run(values: Values, positionals: string[]): Promise<void | number>;
 }
 
 /** A mistake in the command line (the help follows the message, unless the message says all there is to say). */

@@ -83,8 +83,7 @@ export async function main(argv: string[]): Promise<number> {
       process.stdout.write(helpText(name, cmd));
       return 0;
     }
-    await cmd.run(values as Record<string, string | boolean | undefined>, positionals);
-    return 0;
+    return (await cmd.run(values as Record<string, string | boolean | undefined>, positionals)) ?? 0;
   } catch (e) {
     const err = e as Error;
     const usage = e instanceof UsageError || (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS");

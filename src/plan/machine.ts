@@ -62,8 +62,6 @@ export interface DecoderCalibration {
   neuronNs: number;
   /** Measured read time ÷ the time the probe's read rates give for the same requests (how deep the decoder really keeps the queue). */
   readFactor: number;
-  /** µs each batch of reads costs beyond one request's latency (submitting, completing, copying into slots). */
-  batchUs: number;
   /** The runs it was fitted on: flagged neurons per token, measured µs per token, modelled µs per token before this calibration. */
   runs?: { flagged: number; measuredUs: number; modelledUs: number }[];
 }

@@ -188,8 +188,9 @@ export function smallestBudget(inp: PlannerInput, limits: PlanLimits): number {
 
 /** The budget that holds the whole FFN (everything resident). */
 export function wholeBudget(inp: PlannerInput, limits: PlanLimits): number {
-  // sized with the staging of a small budget (the loader's staging grows with the budget: 1%)
-  return budgetForFfnFraction(inp.pack, 1, inp.optionsFor("inline", 0, { pinGates: false, hotShare: 0.75, clusterSize: 32 })) + 16 * 4096;
+  // the loader's staging grows with the budget (1%): size with the staging of the budget found, twice
+  const at = (b: number) => budgetForFfnFraction(inp.pack, 1, inp.optionsFor("inline", b, { pinGates: false, hotShare: 0.75, clusterSize: 32 }));
+  return at(at(at(0))) + 16 * 4096;
 }
 
 /** Predicted plans across budgets, from the smallest workable one to everything resident. */

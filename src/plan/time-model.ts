@@ -11,8 +11,8 @@
 //               shipped model with everything resident (probe.ts, measureDecoders)
 //   reads       per layer, the cache model's misses (cache-model.ts) as requests of a gate block,
 //               an up+down block or a bundle, each kind one batch at depth min(queue depth,
-//               misses): misses ÷ reads/s measured at that block size and depth, + one request's
-//               latency; × the decoder's calibrated read factor
+//               misses): misses ÷ reads/s measured at that block size and depth, × the decoder's
+//               calibrated read factor
 //
 // How the decoders combine them:
 //   inline      compute + host + reads − hidden; with reads ahead, the reads of the likely-firing
@@ -37,9 +37,9 @@ export const AHEAD_SHARE = 0.45;
  * calibration of the machine this was written on (2 vCPU Zen 5; docs/benchmarks.md, "planner").
  */
 export const UNCALIBRATED: Record<PlannedDecoder, DecoderCalibration> = {
-  inline: { layerUs: 25, neuronNs: 2, readFactor: 1, batchUs: 50 },
-  pipeline: { layerUs: 250, neuronNs: 0, readFactor: 2, batchUs: 100 },
-  blocking: { layerUs: 300, neuronNs: 0, readFactor: 1.5, batchUs: 100 },
+  inline: { layerUs: 35, neuronNs: 0, readFactor: 1.2 },
+  pipeline: { layerUs: 200, neuronNs: 0, readFactor: 3 },
+  blocking: { layerUs: 230, neuronNs: 0, readFactor: 1.2 },
 };
 
 export interface TokenTime {
@@ -167,17 +167,16 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     window: blocking ? o.window : undefined,
   });
   // per layer, each kind of read is one batch (gate blocks, then up+down blocks of those that
-  // fire): its requests at the probe's rate for that block size and depth, × the decoder's read
-  // factor, + one request's latency and the decoder's cost per batch
+  // fire): its requests at the probe's rate for that block size at a depth of as many requests
+  // (k requests at depth k take about one request's latency at that depth), × the decoder's
+  // read factor
   let throughput = 0;
   let batches = 0;
-  let latency = 0;
   let readBytes = 0;
   const batch = (k: number, block: number) => {
     if (k <= 0.01) return;
     throughput += (k / readRate(m, block, Math.max(1, Math.min(o.queueDepth, k)))) * 1e6;
     batches += Math.min(1, k);
-    latency += (1e6 / readRate(m, block, 1)) * Math.min(1, k);
     readBytes += k * block;
   };
   for (let l = 0; l < nLayer; l++) {
@@ -185,7 +184,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     batch(fc.upDownMisses[l]!, pack.upDownBlock);
     batch(fc.bundleMisses[l]!, pack.bundleBytes);
   }
-  const reads = throughput * cal.readFactor + latency + batches * cal.batchUs;
+  const reads = throughput * cal.readFactor;
   const compute = attention + predictor + gate + upDown + output;
   let total: number;
   let hidden = 0;

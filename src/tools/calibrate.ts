@@ -3,8 +3,7 @@
 // shipped model's pack — everything resident, with its trained predictor and with the oracle
 // (every neuron flagged) — and at a quarter and a half of the FFN resident, with reads. From the
 // resident runs: µs per layer and ns per flagged neuron (what the kernels do not explain); from
-// the runs with reads: the factor by which its requests take longer than the probe's rates say,
-// and its cost per batch of reads. Other models and budgets are predicted from these; bench/planner.js measures how
+// the runs with reads: the factor by which its requests take longer than the probe's rates say. Other models and budgets are predicted from these; bench/planner.js measures how
 // well.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
@@ -65,7 +64,7 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onSt
     const runs: NonNullable<DecoderCalibration["runs"]> = [];
     const input = (predictor: "trained" | "oracle") =>
       plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { contextSize: CONTEXT, predictor, pinGates: k.pinGates, readAhead: k.readAhead }), predictor);
-    const uncalibrated = { ...m, decoders: { [decoder]: { layerUs: 0, neuronNs: 0, readFactor: 1, batchUs: 0 } } };
+    const uncalibrated = { ...m, decoders: { [decoder]: { layerUs: 0, neuronNs: 0, readFactor: 1 } } };
     for (const predictor of ["trained", "oracle"] as const) {
       const inp = input(predictor);
       const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, sparsePlanOptions(pack, decoder, Number.MAX_SAFE_INTEGER, { contextSize: CONTEXT, predictor }));
@@ -80,16 +79,15 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onSt
     const e1 = r1.measuredUs - r1.modelledUs;
     const b = Math.max(0, r1.flagged !== r0.flagged ? (e1 - e0) / (r1.flagged - r0.flagged) : 0);
     const a = Math.max(0, (e0 - r0.flagged * b) / pack.config.nLayer);
-    const fit: DecoderCalibration = { layerUs: a, neuronNs: b * 1e3, readFactor: 1, batchUs: 0, runs };
+    const fit: DecoderCalibration = { layerUs: a, neuronNs: b * 1e3, readFactor: 1, runs };
     // reads: a quarter and a half of the FFN resident, with the memory plan the decoder gets by
-    // default there; two runs, two unknowns: the read time measured beyond compute =
-    // readFactor·(requests at the probe's rates) + batchUs·batches (+ the requests' latency)
+    // default there
     const inp = input("trained");
-    const withReads: { throughput: number; batches: number; latency: number; excess: number }[] = [];
+    const withReads: { throughput: number; excess: number }[] = [];
     for (const f of [0.25, 0.5]) {
       const budget = budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: CONTEXT }));
       const mem = planMemory(pack, budget, sparsePlanOptions(pack, decoder, budget, { contextSize: CONTEXT }));
-      const t = tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: { ...fit, readFactor: 1, batchUs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position: 64, window: 5 });
+      const t = tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: { ...fit, readFactor: 1 } } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position: 64, window: 5 });
       onStep?.(`${decoder} decoder with reads (${100 * f}% resident)`);
       const measured = await decodeUs(path, { decoder, threads, memory: budget }, 64);
       runs.push({ flagged: t.flagged, measuredUs: measured, modelledUs: t.total });
@@ -97,16 +95,11 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onSt
       // the pipeline's reads overlap its compute (they bound the token when they exceed it); the
       // others' reads add to it (less what reads ahead hide)
       const excess = decoder === "pipeline" ? measured : measured - compute + t.hidden;
-      withReads.push({ throughput: t.readThroughputUs, batches: t.readBatches, latency: t.reads - t.readThroughputUs, excess: excess - (t.reads - t.readThroughputUs) });
+      withReads.push({ throughput: t.readThroughputUs, excess });
     }
-    const [w0, w1] = withReads as [(typeof withReads)[0], (typeof withReads)[0]];
-    // solve  x·throughput + y·batches = excess  for the two runs (x ≥ 0.5, y ≥ 0)
-    const det = w0.throughput * w1.batches - w1.throughput * w0.batches;
-    let x = det !== 0 ? (w0.excess * w1.batches - w1.excess * w0.batches) / det : w0.excess / Math.max(1, w0.throughput);
-    x = Math.max(0.5, Math.min(8, x));
-    const y = Math.max(0, (w0.excess - x * w0.throughput + (w1.excess - x * w1.throughput)) / Math.max(1e-9, w0.batches + w1.batches));
-    fit.readFactor = x;
-    fit.batchUs = y;
+    // least squares over the two runs: excess = readFactor · (requests at the probe's rates)
+    const x = withReads.reduce((q, w) => q + w.excess * w.throughput, 0) / Math.max(1e-9, withReads.reduce((q, w) => q + w.throughput * w.throughput, 0));
+    fit.readFactor = Math.max(0.5, Math.min(8, x));
     out[decoder] = fit;
   }
   return out;

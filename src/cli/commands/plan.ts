@@ -69,10 +69,8 @@ export const plan: Command = {
       if (!p) {
         const top = makePlan(inp, m, { ...limits, memory: undefined });
         const msg = `no budget is predicted to reach ${minSpeed} tok/s: with everything resident the plan predicts ${top.predicted.tokPerSec.toFixed(2)} tok/s`;
-        if (v.json) return void process.stdout.write(JSON.stringify({ minSpeed, plan: null, message: msg }) + "\n");
-        process.stdout.write(msg + "\n");
-        process.exitCode = 1;
-        return;
+        process.stdout.write((v.json ? JSON.stringify({ minSpeed, plan: null, message: msg }) : msg) + "\n");
+        return 1;
       }
     } else p = makePlan(inp, m, limits);
     if (v.out) writePlanFile(v.out as string, p);

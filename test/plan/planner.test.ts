@@ -1,0 +1,282 @@
+// The offline planner against independent references: the cache model against closed forms and
+// against a simulated LRU cache; the time model against a hand computation from a machine whose
+// rates are set by the test; the planner's plans against the loader (they fit the budget they
+// name, explicit options override them and are recorded, a saved plan is used and a plan for
+// another model refused), against its own inverse (--min-speed names the smallest budget that
+// reaches the speed), and the measured reads of a decode against the reads it predicts.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadModel } from "../../src/api/model.js";
+import { sparsePlanOptions } from "../../src/decode/planned.js";
+import { forecastCache, type ProfileRates } from "../../src/plan/cache-model.js";
+import type { MachineBounds } from "../../src/plan/machine.js";
+import { readPlanFile, writePlanFile } from "../../src/plan/plan-file.js";
+import { budgetForSpeed, makePlan, plannerInput, smallestBudget, sweepPlans, wholeBudget, type PlannerInput } from "../../src/plan/planner.js";
+import { tokenTime } from "../../src/plan/time-model.js";
+import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
+import { openPack } from "../../src/sparse/pack/open.js";
+import { writePack } from "../../src/sparse/pack/write.js";
+import { runCli } from "../helpers/cli.js";
+
+const root = join(import.meta.dirname, "..", "..");
+const defaultModel = join(root, "models", "neuronpipe-default.gguf");
+const dir = mkdtempSync(join(tmpdir(), "np-plan-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const packPath = join(dir, "default.pack.gguf");
+const ctx = 128;
+
+beforeAll(async () => {
+  await writePack(defaultModel, packPath, { profile: `${defaultModel}.profile.gguf`, predictor: `${defaultModel}.predictor.gguf` });
+}, 120_000);
+
+/** A machine whose every rate the test sets: memory 20 GB/s on 1 thread and 40 on 2, each kernel 10 GB/s per type on 2 threads, 4 KiB..64 KiB random reads at 10K/s at depth 1 and 80K/s from depth 8 on. */
+function fakeMachine(decoders?: MachineBounds["decoders"]): MachineBounds {
+  const types = ["F32", "F16", "Q8_0", "Q4_0"] as const;
+  return {
+    version: 2,
+    measuredAt: "2026-01-01T00:00:00.000Z",
+    host: "test",
+    cpu: "test ×2",
+    memory: [
+      { threads: 1, readGBps: 20 },
+      { threads: 2, readGBps: 40 },
+    ],
+    disk: {
+      path: "/x",
+      backend: "pread",
+      directIO: true,
+      sequentialGBps: 1,
+      random4kIops: 80_000,
+      queueDepth: 32,
+      rates: [4096, 8192, 16384, 65536].flatMap((blockBytes) => [1, 8, 32, 128].map((queueDepth) => ({ kind: "random" as const, blockBytes, queueDepth, readsPerSecond: queueDepth === 1 ? 10_000 : 80_000, GBps: 0 }))),
+    },
+    kernels: types.flatMap((type) => (["matvec", "gather", "axpy"] as const).map((kernel) => ({ type, kernel, threads: 2, GBps: 10 }))),
+    messages: { postMessageUs: 50, atomicsUs: 50 },
+    decoders: decoders ?? { inline: { layerUs: 10, neuronNs: 0, readFactor: 1 }, pipeline: { layerUs: 200, neuronNs: 0, readFactor: 1 }, blocking: { layerUs: 200, neuronNs: 0, readFactor: 1 } },
+  };
+}
+
+function rates(fire: number[], flagRatio = 1): ProfileRates {
+  return { nLayer: 1, nFF: fire.length, fire: Float32Array.from(fire), flagRatio: Float32Array.of(flagRatio), firedPerToken: fire.reduce((a, b) => a + b, 0), flaggedPerToken: fire.reduce((a, b) => a + Math.min(1, b * flagRatio), 0), oracle: false };
+}
+
+function input(predictor: "trained" | "oracle" = "trained"): PlannerInput {
+  const pack = openPack(packPath);
+  return plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { contextSize: ctx, predictor, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead }), predictor);
+}
+
+describe("cache model", () => {
+  it("equal rates: an LRU of S slots over n neurons hits S/n of them (closed form); everything resident misses nothing", () => {
+    const a = 0.3;
+    const n = 64;
+    for (const S of [8, 16, 48]) {
+      const f = forecastCache(rates(new Array(n).fill(a)), { slots: S, hotSlots: 0, clusterSize: 8, gatesPinned: true });
+      expect(f.missesPerToken).toBeCloseTo(a * (n - S), 4);
+      expect(f.hitRate).toBeCloseTo(S / n, 4);
+    }
+    const all = forecastCache(rates(new Array(n).fill(a)), { slots: n, hotSlots: 0, clusterSize: 8, gatesPinned: true });
+    expect(all.missesPerToken).toBe(0);
+  });
+
+  it("whole bundles: a flagged neuron found absent reads its gate block, and up+down only if it fires; a window of w tokens keeps at most what was used in the last w", () => {
+    // flag ratio 2: each neuron flagged at 0.4, firing at 0.2; demotion keeps what fired
+    const n = 32;
+    const f = forecastCache(rates(new Array(n).fill(0.2), 2), { slots: 8, hotSlots: 0, clusterSize: 8, gatesPinned: false });
+    expect(f.gateMisses[0]).toBeCloseTo(0.4 * (n - 8), 4);
+    expect(f.upDownMisses[0]).toBeCloseTo(0.2 * (n - 8), 4);
+    // LLMFlash: plenty of slots, window 1: a neuron is there only if it was used last token
+    const w = forecastCache(rates([0.5, 0.25, 0.1]), { slots: 100, hotSlots: 0, clusterSize: 1, gatesPinned: false, window: 1 });
+    expect(w.bundleMisses[0]).toBeCloseTo(0.5 * 0.5 + 0.25 * 0.75 + 0.1 * 0.9, 4);
+  });
+
+  it("skewed rates: within 5% of a simulated LRU cache under independent accesses", () => {
+    // Zipf-like rates, 512 neurons, 96 slots; the simulation draws each neuron per token with its rate
+    const n = 512;
+    const fire = Array.from({ length: n }, (_, i) => Math.min(1, 0.9 / Math.pow(i + 1, 0.8)));
+    const S = 96;
+    const model = forecastCache(rates(fire), { slots: S, hotSlots: 0, clusterSize: 8, gatesPinned: true });
+    let seed = 7;
+    const rnd = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+    const lastUse = new Float64Array(n).fill(-1);
+    const resident = new Set<number>();
+    let misses = 0;
+    const T = 4000;
+    for (let t = 0; t < T; t++) {
+      for (let i = 0; i < n; i++) {
+        if (rnd() >= fire[i]!) continue;
+        if (!resident.has(i)) {
+          if (t >= 500) misses++;
+          if (resident.size >= S) {
+            let victim = -1;
+            for (const r of resident) if (victim < 0 || lastUse[r]! < lastUse[victim]!) victim = r;
+            resident.delete(victim);
+          }
+          resident.add(i);
+        }
+        lastUse[i] = t + i / n;
+      }
+    }
+    const simulated = misses / (T - 500);
+    expect(Math.abs(model.missesPerToken / simulated - 1)).toBeLessThan(0.05);
+  });
+});
+
+describe("time model", () => {
+  it("everything resident: the hand computation from the test machine's rates", () => {
+    const inp = input();
+    const { pack, costs } = { pack: inp.pack, costs: inp.shape.costs };
+    const m = fakeMachine();
+    const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, inp.optionsFor("inline", Number.MAX_SAFE_INTEGER, { pinGates: false, hotShare: 0.75, clusterSize: 32 }));
+    const t = tokenTime(inp.shape, mem, m, { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 });
+    const { nLayer } = pack.config;
+    const r = inp.shape.rates;
+    const us = (bytes: number, GBps: number) => bytes / (GBps * 1e3);
+    // by hand: every kernel 10 GB/s, memory 40 GB/s on 2 threads, 10 µs per layer
+    const expected =
+      us(nLayer * costs.attentionBytes, 10) +
+      us(nLayer * costs.kvBytesPerPosition * 10, 40) +
+      us(costs.predictorBytes!, 10) +
+      us(r.flaggedPerToken * pack.gateBytes, 10) +
+      us(r.firedPerToken * (pack.upBytes + pack.downBytes), 10) +
+      us(costs.outputBytes, 10) +
+      nLayer * 10;
+    expect(t.reads).toBe(0);
+    expect(t.total / expected).toBeCloseTo(1, 9);
+    expect(t.tokPerSec * expected).toBeCloseTo(1e6, 0);
+    // one thread: kernels scale with the memory bandwidth (20 of 40 GB/s): the compute takes twice as long
+    const t1 = tokenTime(inp.shape, mem, m, { decoder: "inline", threads: 1, queueDepth: 32, readAhead: false, position: 9, window: 5 });
+    expect(t1.total - t1.host).toBeCloseTo(2 * (t.total - t.host), 6);
+  });
+
+  it("reads: k requests per batch at depth k; the pipeline overlaps them with compute, blocking adds them", () => {
+    const inp = input();
+    const m = fakeMachine();
+    const budget = budgetForFfnFraction(inp.pack, 0.3, planOptions(inp.pack.config, { contextSize: ctx }));
+    const mem = planMemory(inp.pack, budget, inp.optionsFor("pipeline", budget, { pinGates: false, hotShare: 0.75, clusterSize: 32 }));
+    const o = { threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 } as const;
+    const pipe = tokenTime(inp.shape, mem, m, { ...o, decoder: "pipeline" });
+    const compute = pipe.attention + pipe.predictor + pipe.gate + pipe.upDown + pipe.output;
+    expect(pipe.reads).toBeGreaterThan(0);
+    // the test machine reads 80K/s from depth 8 on, 10K/s at depth 1 (interpolated between)
+    expect(pipe.reads).toBeGreaterThan((pipe.readsPerToken / 80_000) * 1e6 * 0.999);
+    expect(pipe.total).toBeCloseTo(Math.max(compute + pipe.host, pipe.reads), 6);
+    const inline = tokenTime(inp.shape, mem, m, { ...o, decoder: "inline" });
+    expect(inline.total).toBeCloseTo(compute + inline.host + inline.reads, 6);
+  });
+});
+
+describe("planner", () => {
+  it("the plan fits its budget: loaded with it, the model decodes within --memory and records the plan and what overrides it", async () => {
+    const inp = input();
+    const budget = budgetForFfnFraction(inp.pack, 0.5, planOptions(inp.pack.config, { contextSize: ctx }));
+    const plan = makePlan(inp, fakeMachine(), { memory: budget, cores: 2, contextSize: ctx });
+    expect(plan.memory.budget).toBe(budget);
+    expect(plan.candidates).toBeGreaterThanOrEqual(12);
+    const file = join(dir, "plan.json");
+    writePlanFile(file, plan);
+    const m = await loadModel(packPath, { plan: file, contextSize: ctx, decoder: "inline" });
+    try {
+      expect(m.sparse!.plan.budget).toBe(budget); // the saved plan's budget
+      expect(m.sparse!.plan.gatesPinned).toBe(plan.knobs.pinGates);
+      expect(m.plan!.overrides).toEqual(plan.knobs.decoder === "inline" ? undefined : { decoder: "inline" });
+      const s = m.createSession({ contextSize: ctx });
+      for await (const _ of s.generate("The whale", { maxTokens: 24, seed: 1 })) void _;
+      s.dispose();
+      expect(m.sparse!.peakResidentBytes).toBeLessThanOrEqual(budget);
+      const rec = m.createTrace();
+      const header = rec.records.find((r) => r.kind === "header") as { plan?: unknown } | undefined;
+      expect(JSON.parse(JSON.stringify(header?.plan))).toEqual(JSON.parse(JSON.stringify(m.plan)));
+    } finally {
+      m.dispose();
+    }
+    // an explicit knob overrides a plan made at load, and is recorded
+    const m2 = await loadModel(packPath, { memory: budget, contextSize: ctx, hotShare: 0.6, io: { queueDepth: 16 } });
+    try {
+      expect(m2.plan!.knobs.hotShare).toBe(0.6);
+      expect(m2.plan!.knobs.queueDepth).toBe(16);
+      expect(m2.plan!.overrides).toEqual({ hotShare: 0.6, queueDepth: 16 });
+      expect(m2.sparse!.io.queueDepth).toBe(16);
+    } finally {
+      m2.dispose();
+    }
+  }, 60_000);
+
+  it("a saved plan is checked: the file and the field named, a plan for another model refused", async () => {
+    const inp = input();
+    const plan = makePlan(inp, fakeMachine(), { cores: 2, contextSize: ctx });
+    const bad = join(dir, "bad.json");
+    writeFileSync(bad, JSON.stringify({ ...plan, knobs: { ...plan.knobs, decoder: "warp" } }));
+    expect(() => readPlanFile(bad)).toThrow(`${bad}: not a usable plan: knobs.decoder is "warp", expected one of inline, pipeline, blocking`);
+    writeFileSync(bad, "{");
+    expect(() => readPlanFile(bad)).toThrow(new RegExp(`^${bad}: not a plan: `));
+    expect(() => readPlanFile(join(dir, "missing.json"))).toThrow(/missing\.json: cannot read the plan \(ENOENT\)/);
+    const other = join(dir, "other.json");
+    writeFileSync(other, JSON.stringify({ ...plan, model: { ...plan.model, path: "x.pack.gguf", fingerprint: "0123456789abcdef" } }));
+    await expect(loadModel(packPath, { plan: other, contextSize: ctx })).rejects.toThrow(/was made for x\.pack\.gguf .*not .*default\.pack\.gguf/);
+    await expect(loadModel(defaultModel, { plan: other })).rejects.toThrow(/plain model .*plans are for neuron packs/);
+  });
+
+  it("--min-speed names the smallest budget predicted to reach the speed; none when not even everything resident does", () => {
+    const inp = input();
+    const m = fakeMachine();
+    const limits = { cores: 2, contextSize: ctx };
+    const lo = smallestBudget(inp, limits);
+    const hi = wholeBudget(inp, limits);
+    const sweep = sweepPlans(inp, m, limits, 6);
+    expect(sweep[0]!.memory.budget).toBe(lo);
+    expect(sweep.at(-1)!.memory.budget).toBe(hi);
+    // the top of the sweep can hold the whole FFN (whole bundles, the loader's staging at that budget)
+    expect(planMemory(inp.pack, hi, inp.optionsFor("inline", hi, { pinGates: false, hotShare: 0.75, clusterSize: 32 })).ffnResident).toBe(1);
+    // a budget below the smallest workable one is refused by the memory plan
+    expect(() => makePlan(inp, m, { ...limits, memory: lo - 8192 })).toThrow(/smallest workable budget/);
+    const top = makePlan(inp, m, { ...limits, memory: hi }).predicted.tokPerSec;
+    const target = top / 3;
+    const named = budgetForSpeed(inp, m, limits, target)!;
+    expect(named.predicted.tokPerSec).toBeGreaterThanOrEqual(target);
+    const below = makePlan(inp, m, { ...limits, memory: named.memory.budget! - Math.max(65536, (hi - lo) / 256) });
+    expect(below.predicted.tokPerSec).toBeLessThan(target);
+    expect(budgetForSpeed(inp, m, limits, top * 1.5)).toBeUndefined();
+  });
+
+  it("predicted reads per token within 25% of a decode's measured reads at three budgets (default model, trained predictor)", async () => {
+    for (const predictor of ["trained"] as const) {
+      const inp = input(predictor);
+      for (const f of [0.3, 0.5, 0.7]) {
+        const budget = budgetForFfnFraction(inp.pack, f, planOptions(inp.pack.config, { contextSize: ctx, predictor: predictor === "trained" }));
+        const m = await loadModel(packPath, { memory: budget, contextSize: ctx, predictor, decoder: "inline", pinGates: false, hotShare: 0.75 });
+        try {
+          const s = m.createSession({ contextSize: ctx });
+          for await (const _ of s.generate("The whale", { maxTokens: 8, seed: 1 })) void _;
+          m.sparse!.resetStats();
+          for await (const _ of s.generate(" and the sea", { maxTokens: 96, seed: 2 })) void _;
+          s.dispose();
+          const rep = m.sparse!.report();
+          const measured = rep.reduce((a, r) => a + r.reads, 0) / rep[0]!.tokens;
+          const predicted = m.plan!.predicted.readsPerToken;
+          expect(Math.abs(predicted / measured - 1), `${predicted} reads predicted, ${measured} measured (${predictor}, ${f})`).toBeLessThan(0.25);
+        } finally {
+          m.dispose();
+        }
+      }
+    }
+  }, 120_000);
+
+  it("neuronpipe plan prints the plan in words, writes it, and answers --min-speed (or says no budget reaches it)", async () => {
+    const out = join(dir, "cli-plan.json");
+    const r = await runCli(["plan", "--model", packPath, "--memory", "26MiB", "--ctx", String(ctx), "--out", out]);
+    expect(r.code, r.err).toBe(0);
+    expect(r.out).toMatch(/^plan for .*default\.pack\.gguf \(6 layers × 1024 neurons/);
+    expect(r.out).toMatch(/memory: 26\.0 MiB; fixed region/);
+    expect(r.out).toMatch(/predicted: [\d.]+ tok\/s .* — bound by (reads|compute|host)/);
+    const saved = readPlanFile(out);
+    expect(saved.limits.memory).toBe(26 * 2 ** 20);
+    const none = await runCli(["plan", "--model", packPath, "--min-speed", "1e9", "--ctx", String(ctx)]);
+    expect(none.code).toBe(1);
+    expect(none.out).toMatch(/^no budget is predicted to reach 1000000000 tok\/s: with everything resident the plan predicts [\d.]+ tok\/s/);
+    const usage = await runCli(["plan", "--memory", "1GiB"]);
+    expect(usage.code).toBe(2);
+    expect(usage.err).toMatch(/--model PACK is required/);
+  }, 60_000);
+});
