@@ -175,8 +175,11 @@ if (!existsSync(packPath)) {
 }
 
 // ---- the 7B-shaped model ---------------------------------------------------------------------
-const pack7 = v.dir && join(v.dir, "llama2-7b-sparse-q4_0-seed1-linear.pack.gguf");
-if (pack7 && existsSync(pack7)) {
+// where bench/sparse.js prepares the 7B (--dir, $NEURONPIPE_BENCH_DIR, bench/.models)
+v.dir = resolve(v.dir ?? process.env.NEURONPIPE_BENCH_DIR ?? join(benchDir, ".models"));
+const pack7 = join(v.dir, "llama2-7b-sparse-q4_0-seed1-linear.pack.gguf");
+if (!existsSync(pack7)) log(`no 7B pack at ${pack7} (node bench/sparse.js --prepare --dir DIR builds it): the default model only`);
+else {
   const model7 = join(v.dir, "llama2-7b-sparse-q4_0-seed1.gguf");
   const o = { tokens: Number(v["tokens-7b"]), ctx: 512, reps: 2, warmup: 4 };
   const out = (results.sevenB = { pack: pack7, fractions: [], fig9: [] });
