@@ -60,8 +60,8 @@ export interface MessageRates {
 export interface DecoderCalibration {
   layerUs: number;
   neuronNs: number;
-  /** Measured read time ÷ the time the probe's read rates give for the same requests (how deep the decoder really keeps the queue). */
-  readFactor: number;
+  /** µs each read request costs the decoder beyond the probe's rates (submitting, completing, placing it in its slot). */
+  requestUs: number;
   /** The runs it was fitted on: flagged neurons per token, measured µs per token, modelled µs per token before this calibration. */
   runs?: { flagged: number; measuredUs: number; modelledUs: number }[];
 }

@@ -11,14 +11,14 @@
 //               shipped model with everything resident (probe.ts, measureDecoders)
 //   reads       per layer, the cache model's misses (cache-model.ts) as requests of a gate block,
 //               an up+down block or a bundle, each kind one batch at depth min(queue depth,
-//               misses): misses ÷ reads/s measured at that block size and depth, × the decoder's
-//               calibrated read factor
+//               misses): misses ÷ reads/s measured at that block size and depth, + the
+//               decoder's calibrated cost per request (submitting, completing, placing it)
 //
 // How the decoders combine them:
 //   inline      compute + host + reads − hidden; with reads ahead, the reads of the likely-firing
 //               neurons of later layers overlap this layer's compute: hidden = min(ahead share ×
 //               reads, compute)
-//   pipeline    compute and reads run on different workers: max(compute + host, reads)
+//   pipeline    compute and reads run on different workers, overlapping by half of the shorter
 //   blocking    (LLMFlash) every read before compute: compute + host + reads
 import type { GGUFFile } from "../gguf/reader.js";
 import type { StepCosts } from "../trace/recorder.js";
@@ -32,14 +32,17 @@ export type PlannedDecoder = "inline" | "pipeline" | "blocking";
 /** The share of an inline token's reads that reads ahead start before the layer needs them (measured on the 7B at 50%: 40–43% of the I/O hidden). */
 export const AHEAD_SHARE = 0.45;
 
+/** The share of the shorter of compute and reads the pipeline overlaps (7B at 75% of the FFN: 67 ms per token measured where compute and the decoder's cost were ~53 ms and the reads ~17 ms at the probe's rates). */
+export const PIPELINE_OVERLAP = 0.5;
+
 /**
  * A decoder's own costs before `neuronpipe probe` has calibrated them on this machine: the
  * calibration of the machine this was written on (2 vCPU Zen 5; docs/benchmarks.md, "planner").
  */
 export const UNCALIBRATED: Record<PlannedDecoder, DecoderCalibration> = {
-  inline: { layerUs: 35, neuronNs: 0, readFactor: 1.2 },
-  pipeline: { layerUs: 200, neuronNs: 0, readFactor: 3 },
-  blocking: { layerUs: 230, neuronNs: 0, readFactor: 1.2 },
+  inline: { layerUs: 35, neuronNs: 0, requestUs: 5 },
+  pipeline: { layerUs: 240, neuronNs: 0, requestUs: 25 },
+  blocking: { layerUs: 250, neuronNs: 0, requestUs: 5 },
 };
 
 export interface TokenTime {
@@ -168,15 +171,17 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   });
   // per layer, each kind of read is one batch (gate blocks, then up+down blocks of those that
   // fire): its requests at the probe's rate for that block size at a depth of as many requests
-  // (k requests at depth k take about one request's latency at that depth), × the decoder's
-  // read factor
+  // (k requests at depth k take about one request's latency at that depth), + the decoder's
+  // own cost per request
   let throughput = 0;
+  let requests = 0;
   let batches = 0;
   let readBytes = 0;
   const batch = (k: number, block: number) => {
     if (k <= 0.01) return;
     throughput += (k / readRate(m, block, Math.max(1, Math.min(o.queueDepth, k)))) * 1e6;
     batches += Math.min(1, k);
+    requests += k;
     readBytes += k * block;
   };
   for (let l = 0; l < nLayer; l++) {
@@ -184,13 +189,15 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     batch(fc.upDownMisses[l]!, pack.upDownBlock);
     batch(fc.bundleMisses[l]!, pack.bundleBytes);
   }
-  const reads = throughput * cal.readFactor;
+  const reads = throughput + requests * cal.requestUs;
   const compute = attention + predictor + gate + upDown + output;
   let total: number;
   let hidden = 0;
   if (o.decoder === "pipeline") {
-    total = Math.max(compute + host, reads);
-    hidden = Math.min(reads, compute + host);
+    // reads overlap compute on another worker, but not all of them (a layer's compute waits for
+    // its own reads): PIPELINE_OVERLAP of the shorter side
+    hidden = PIPELINE_OVERLAP * Math.min(reads, compute + host);
+    total = compute + host + reads - hidden;
   } else if (o.decoder === "inline" && o.readAhead && plan.gatesPinned) {
     hidden = Math.min(AHEAD_SHARE * reads, compute);
     total = compute + host + reads - hidden;

@@ -3,7 +3,7 @@
 // shipped model's pack — everything resident, with its trained predictor and with the oracle
 // (every neuron flagged) — and at a quarter and a half of the FFN resident, with reads. From the
 // resident runs: µs per layer and ns per flagged neuron (what the kernels do not explain); from
-// the runs with reads: the factor by which its requests take longer than the probe's rates say. Other models and budgets are predicted from these; bench/planner.js measures how
+// the runs with reads: what each read request costs it beyond the probe's rates. Other models and budgets are predicted from these; bench/planner.js measures how
 // well.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
@@ -14,7 +14,7 @@ import { openPack } from "../sparse/pack/open.js";
 import { writePack } from "../sparse/pack/write.js";
 import type { DecoderCalibration, MachineBounds } from "../plan/machine.js";
 import { plannerInput } from "../plan/planner.js";
-import { tokenTime } from "../plan/time-model.js";
+import { PIPELINE_OVERLAP, tokenTime } from "../plan/time-model.js";
 import { shippedFile } from "../util/package-files.js";
 
 const DECODERS = ["inline", "pipeline", "blocking"] as const;
@@ -64,7 +64,7 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onSt
     const runs: NonNullable<DecoderCalibration["runs"]> = [];
     const input = (predictor: "trained" | "oracle") =>
       plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { contextSize: CONTEXT, predictor, pinGates: k.pinGates, readAhead: k.readAhead }), predictor);
-    const uncalibrated = { ...m, decoders: { [decoder]: { layerUs: 0, neuronNs: 0, readFactor: 1 } } };
+    const uncalibrated = { ...m, decoders: { [decoder]: { layerUs: 0, neuronNs: 0, requestUs: 0 } } };
     for (const predictor of ["trained", "oracle"] as const) {
       const inp = input(predictor);
       const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, sparsePlanOptions(pack, decoder, Number.MAX_SAFE_INTEGER, { contextSize: CONTEXT, predictor }));
@@ -79,27 +79,30 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onSt
     const e1 = r1.measuredUs - r1.modelledUs;
     const b = Math.max(0, r1.flagged !== r0.flagged ? (e1 - e0) / (r1.flagged - r0.flagged) : 0);
     const a = Math.max(0, (e0 - r0.flagged * b) / pack.config.nLayer);
-    const fit: DecoderCalibration = { layerUs: a, neuronNs: b * 1e3, readFactor: 1, runs };
+    const fit: DecoderCalibration = { layerUs: a, neuronNs: b * 1e3, requestUs: 0, runs };
     // reads: a quarter and a half of the FFN resident, with the memory plan the decoder gets by
     // default there
     const inp = input("trained");
-    const withReads: { throughput: number; excess: number }[] = [];
+    const withReads: { throughput: number; requests: number; excess: number }[] = [];
     for (const f of [0.25, 0.5]) {
       const budget = budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: CONTEXT }));
       const mem = planMemory(pack, budget, sparsePlanOptions(pack, decoder, budget, { contextSize: CONTEXT }));
-      const t = tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: { ...fit, readFactor: 1 } } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position: 64, window: 5 });
+      const t = tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: { ...fit, requestUs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position: 64, window: 5 });
       onStep?.(`${decoder} decoder with reads (${100 * f}% resident)`);
       const measured = await decodeUs(path, { decoder, threads, memory: budget }, 64);
       runs.push({ flagged: t.flagged, measuredUs: measured, modelledUs: t.total });
       const compute = t.attention + t.predictor + t.gate + t.upDown + t.output + t.host;
       // the pipeline's reads overlap its compute (they bound the token when they exceed it); the
       // others' reads add to it (less what reads ahead hide)
-      const excess = decoder === "pipeline" ? measured : measured - compute + t.hidden;
-      withReads.push({ throughput: t.readThroughputUs, excess });
+      // the read time the run implies: the pipeline hides PIPELINE_OVERLAP of the shorter side
+      // (here its reads are the longer: t = compute + reads − overlap·compute), the others add
+      // their reads less what reads ahead hide
+      const excess = decoder === "pipeline" ? measured - compute + PIPELINE_OVERLAP * compute : measured - compute + t.hidden;
+      withReads.push({ throughput: t.readThroughputUs, requests: t.readsPerToken, excess });
     }
-    // least squares over the two runs: excess = readFactor · (requests at the probe's rates)
-    const x = withReads.reduce((q, w) => q + w.excess * w.throughput, 0) / Math.max(1e-9, withReads.reduce((q, w) => q + w.throughput * w.throughput, 0));
-    fit.readFactor = Math.max(0.5, Math.min(8, x));
+    // least squares over the two runs: excess = (requests at the probe's rates) + requestUs · requests
+    const c = withReads.reduce((q, w) => q + (w.excess - w.throughput) * w.requests, 0) / Math.max(1e-9, withReads.reduce((q, w) => q + w.requests * w.requests, 0));
+    fit.requestUs = Math.max(0, c);
     out[decoder] = fit;
   }
   return out;

@@ -64,7 +64,7 @@ export function formatProbe(b: MachineBounds, measured: boolean): string {
   }
   if (b.decoders) {
     lines.push("decoders' own costs (fitted on the shipped model: tools/calibrate.ts):");
-    for (const [d, c] of Object.entries(b.decoders)) lines.push(`  ${d.padEnd(9)} ${c.layerUs.toFixed(1).padStart(7)} µs per layer, ${c.neuronNs.toFixed(1).padStart(6)} ns per flagged neuron, reads × ${c.readFactor.toFixed(2)}`);
+    for (const [d, c] of Object.entries(b.decoders)) lines.push(`  ${d.padEnd(9)} ${c.layerUs.toFixed(1).padStart(7)} µs per layer, ${c.neuronNs.toFixed(1).padStart(6)} ns per flagged neuron, ${c.requestUs.toFixed(1).padStart(5)} µs per read`);
   }
   if (b.messages) lines.push(`messages to a worker thread and back: postMessage ${b.messages.postMessageUs.toFixed(1)} µs, Atomics wait/notify ${b.messages.atomicsUs.toFixed(1)} µs (median)`);
   return lines.join("\n");
