@@ -4,31 +4,22 @@
 // compute in pipeline mode and none in blocking mode; cancellation, a killed compute worker and
 // an I/O error end the generation in the right state with a clear message, and the next
 // generation decodes the reference tokens again.
-import { copyFileSync, mkdtempSync, rmSync, truncateSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { copyFileSync, truncateSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { loadModel, type Model } from "../../src/index.js";
 import { budgetForFfnFraction, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
-import { writePack } from "../../src/sparse/pack/write.js";
 import { loadSparseModel, type LoadOptions } from "../../src/api/model.js";
 import type { PipelineDecoder } from "../../src/decode/pipeline/pipeline.js";
 import { TraceRecorder, type SpanRecord } from "../../src/trace/recorder.js";
 import { traceStats } from "../../src/trace-tools/stats.js";
 import type { InspectionEvent } from "xstate";
+import { defaultModel, scratchDefaultPack } from "../helpers/default-pack.js";
 
-const root = join(import.meta.dirname, "..", "..");
-const defaultModel = join(root, "models", "neuronpipe-default.gguf");
-const dir = mkdtempSync(join(tmpdir(), "np-pipeline-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-const packPath = join(dir, "default.pack.gguf");
+const { dir, packPath } = scratchDefaultPack("np-pipeline-");
 const ctx = 128;
 const prompt = "The whale";
-
-beforeAll(async () => {
-  await writePack(defaultModel, packPath, { profile: `${defaultModel}.profile.gguf`, predictor: `${defaultModel}.predictor.gguf` });
-}, 120_000);
 
 function budget(f: number, predictor: boolean): number {
   const pack = openPack(packPath);

@@ -4,10 +4,9 @@
 // name, explicit options override them and are recorded, a saved plan is used and a plan for
 // another model refused), against its own inverse (--min-speed names the smallest budget that
 // reaches the speed), and the measured reads of a decode against the reads it predicts.
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { loadModel } from "../../src/api/model.js";
 import { sparsePlanOptions } from "../../src/decode/planned.js";
 import { forecastCache, type ProfileRates } from "../../src/plan/cache-model.js";
@@ -17,19 +16,11 @@ import { budgetForSpeed, makePlan, plannerInput, smallestBudget, sweepPlans, who
 import { tokenTime } from "../../src/plan/time-model.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
-import { writePack } from "../../src/sparse/pack/write.js";
 import { runCli } from "../helpers/cli.js";
+import { defaultModel, scratchDefaultPack } from "../helpers/default-pack.js";
 
-const root = join(import.meta.dirname, "..", "..");
-const defaultModel = join(root, "models", "neuronpipe-default.gguf");
-const dir = mkdtempSync(join(tmpdir(), "np-plan-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-const packPath = join(dir, "default.pack.gguf");
+const { dir, packPath } = scratchDefaultPack("np-plan-");
 const ctx = 128;
-
-beforeAll(async () => {
-  await writePack(defaultModel, packPath, { profile: `${defaultModel}.profile.gguf`, predictor: `${defaultModel}.predictor.gguf` });
-}, 120_000);
 
 /** A machine whose every rate the test sets: memory 20 GB/s on 1 thread and 40 on 2, each kernel 10 GB/s per type on 2 threads, 4 KiB..64 KiB random reads at 10K/s at depth 1 and 80K/s from depth 8 on. */
 function fakeMachine(decoders?: MachineBounds["decoders"]): MachineBounds {

@@ -3,32 +3,23 @@
 // the machines must go through exactly the recorded states; a run that failed (an I/O error
 // injected by truncating the pack under it) must replay to `failed` with the recorded cause;
 // --until stops at the token and layer asked; the CLI says so.
-import { copyFileSync, mkdtempSync, rmSync, truncateSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { copyFileSync, truncateSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { loadSparseModel } from "../../src/api/model.js";
 import { main } from "../../src/cli/main.js";
 import { budgetForFfnFraction, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
-import { writePack } from "../../src/sparse/pack/write.js";
 import { readTrace } from "../../src/trace/read.js";
 import { TraceRecorder, type ActorRecord } from "../../src/trace/recorder.js";
 import { byActor, replayTrace, type ReplayState } from "../../src/trace-tools/replay.js";
+import { scratchDefaultPack } from "../helpers/default-pack.js";
 
 /** Each actor's states as text, actor by actor (the order within an actor is the machine's). */
 const sequences = (l: ReplayState[]) => Object.fromEntries([...byActor(l)].map(([a, s]) => [a, s.map((x) => `${x.state} ${x.status}`)]));
 
-const root = join(import.meta.dirname, "..", "..");
-const defaultModel = join(root, "models", "neuronpipe-default.gguf");
-const dir = mkdtempSync(join(tmpdir(), "np-replay-"));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-const packPath = join(dir, "default.pack.gguf");
+const { dir, packPath } = scratchDefaultPack("np-replay-");
 const ctx = 128;
-
-beforeAll(async () => {
-  await writePack(defaultModel, packPath, { profile: `${defaultModel}.profile.gguf`, predictor: `${defaultModel}.predictor.gguf` });
-}, 120_000);
 
 /** Generate `tokens` greedy tokens with the cluster pipeline (gate rows read: every kind of event), traced to a file. */
 async function record(path: string, tracePath: string, tokens: number, onToken?: (i: number) => void): Promise<{ error?: string }> {
