@@ -59,7 +59,8 @@ async function childNeuronpipe(spec) {
   const model = await lib.loadModel(spec.model, { threads, contextSize: 1024, batchSize: Number(v.batch), ...(spec.memory ? { memory: spec.memory } : {}), ...(spec.decoder ? { decoder: spec.decoder } : {}) });
   const loadSeconds = (performance.now() - t0) / 1000;
   const ps = prompts((t) => model.tokenizer.encode(t));
-  const out = { loadSeconds, lengths: {} };
+  // the execution plan a pack was opened with (knobs, what the options overrode, predicted decode speed)
+  const out = { loadSeconds, lengths: {}, ...(model.plan ? { executionPlan: { knobs: model.plan.knobs, overrides: model.plan.overrides, predictedTokPerSec: model.plan.predicted.tokPerSec } } : {}) };
   const s = model.createSession({ contextSize: 1024 });
   const run = (ids) => {
     s.reset();

@@ -98,7 +98,7 @@ for (const size of SIZES) {
   for (const decoder of ["inline", "pipeline"]) {
     const m = await np.loadSparseModel(pack, { memory: budget, threads, contextSize: ctx, decoder });
     try {
-      row.sparse[decoder] = await speed(m);
+      row.sparse[decoder] = { ...(await speed(m)), plan: m.plan && { knobs: m.plan.knobs, overrides: m.plan.overrides, predictedTokPerSec: m.plan.predicted.tokPerSec } };
     } finally {
       await m[Symbol.asyncDispose]();
     }

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // Decode speed, hit rate and bytes read per token of the default model's pack as the memory
-// budget shrinks from the whole FFN to a fifth of it (`npm run bench`, third part), then every
-// decoder (inline, pipeline, blocking; median of 3) at 25%, 50% and 100% of the FFN beside mmap
-// and dense: is the default decoder the fast one? Writes bench/results/speed-vs-memory.json and
+// budget shrinks from the whole FFN to a fifth of it (`npm run bench`, third part), then the
+// default (no decoder given: the plan made at load) and every decoder (inline, pipeline,
+// blocking; median of 3) at 25%, 50% and 100% of the FFN beside mmap and dense: is the default
+// the fast one? Writes bench/results/speed-vs-memory.json and
 // the picture docs/img/speed-vs-memory.svg.
 //
 //   node bench/speed-vs-memory.js [--tokens 64] [--threads 2]
@@ -43,6 +44,7 @@ for (const f of fractions) {
     hitRate: sum((x) => x.gateHits + x.upDownHits) / Math.max(1, sum((x) => x.gateAccesses + x.upDownAccesses)),
     bytesPerToken: sum((x) => x.bytesRead) / Math.max(1, rep[0].tokens),
     peakResidentBytes: model.sparse.peakResidentBytes,
+    plan: model.plan && { knobs: model.plan.knobs, predictedTokPerSec: model.plan.predicted.tokPerSec },
   };
   points.push(p);
   process.stderr.write(
@@ -54,25 +56,24 @@ const dense = await np.loadModel(join(rootDir, "models", "neuronpipe-default.ggu
 const denseTps = (await decodeSpeed(dense, { prompt: "The whale", tokens, reps: 1, contextSize: ctx })).median;
 dense.dispose();
 
-// ---- every decoder at 25%, 50% and 100% of the FFN: is the default one the fast one? -----------
-const { DEFAULT_DECODER } = await import(pathToFileURL(join(rootDir, "dist", "src", "decode", "open.js")).href);
+// ---- every decoder at 25%, 50% and 100% of the FFN: is the default (the plan) the fast one? -----
 const modes = [];
 for (const f of [0.25, 0.5, 1]) {
   const budget = np.budgetForFfnFraction(info, f, planOpts);
   const row = { ffnShare: f, budget, tokPerSec: {} };
-  for (const decoder of ["inline", "pipeline", "blocking"]) {
-    const model = await np.loadSparseModel(pack, { memory: budget, contextSize: ctx, threads: Number(v.threads), decoder });
+  // "default": no decoder given, the plan made at load chooses (bench/planner.js measures this in alternating rounds)
+  for (const decoder of ["default", "inline", "pipeline", "blocking"]) {
+    const model = await np.loadSparseModel(pack, { memory: budget, contextSize: ctx, threads: Number(v.threads), ...(decoder === "default" ? {} : { decoder }) });
     try {
       row.tokPerSec[decoder] = (await decodeSpeed(model, { prompt: "The whale", tokens, contextSize: ctx })).median;
     } finally {
       await model[Symbol.asyncDispose]();
     }
   }
-  const fastest = Math.max(...Object.values(row.tokPerSec));
-  row.defaultDecoder = DEFAULT_DECODER.pack;
-  row.defaultShareOfFastest = row.tokPerSec[DEFAULT_DECODER.pack] / fastest;
+  const fastest = Math.max(row.tokPerSec.inline, row.tokPerSec.pipeline, row.tokPerSec.blocking);
+  row.defaultShareOfFastest = row.tokPerSec.default / fastest;
   modes.push(row);
-  process.stderr.write(`[speed-vs-memory] ${(100 * f).toFixed(0)}% of the FFN: ${Object.entries(row.tokPerSec).map(([k, x]) => `${k} ${x.toFixed(1)}`).join(", ")} tok/s; default (${DEFAULT_DECODER.pack}) ${(100 * row.defaultShareOfFastest).toFixed(0)}% of the fastest\n`);
+  process.stderr.write(`[speed-vs-memory] ${(100 * f).toFixed(0)}% of the FFN: ${Object.entries(row.tokPerSec).map(([k, x]) => `${k} ${x.toFixed(1)}`).join(", ")} tok/s; default (the plan) ${(100 * row.defaultShareOfFastest).toFixed(0)}% of the fastest explicit decoder\n`);
 }
 const mm = await np.loadModel(pack, { decoder: "mmap", threads: Number(v.threads) });
 const mmapTps = (await decodeSpeed(mm, { prompt: "The whale", tokens, contextSize: ctx })).median;
