@@ -62,6 +62,8 @@ export interface DecoderCalibration {
   neuronNs: number;
   /** µs each read request costs the decoder beyond the probe's rates (submitting, completing, placing it in its slot). */
   requestUs: number;
+  /** Inline decoder with reads ahead: ns per flagged neuron of the layer looked ahead (choosing which of them to read; the extra predictor pass and gate rows are modelled from bytes). */
+  aheadNeuronNs?: number;
   /** The runs it was fitted on: flagged neurons per token, measured µs per token, modelled µs per token before this calibration. */
   runs?: { flagged: number; measuredUs: number; modelledUs: number }[];
 }

@@ -2,7 +2,9 @@
 // the rates this machine measured (`neuronpipe probe`): no timing of the model itself.
 //
 //   attention   n_layer × attention weights ÷ matvec rate of their type, + the KV cache ÷ memory
-//   predictor   predictor weights ÷ matvec rate (linear: Q8_0; mlp: F32)
+//   predictor   predictor weights ÷ matvec rate (linear: Q8_0; mlp: F32); with reads ahead
+//               (inline) also a pass for a layer ahead, the gate rows of its flagged neurons not
+//               resident, and the decoder's calibrated cost per flagged neuron looked ahead
 //   gate        flagged neurons × gate row ÷ gather rate (oracle: every gate row ÷ matvec rate)
 //   up/down     fired neurons × (up row ÷ gather rate + down column ÷ axpy rate)
 //   output      output norm + classifier ÷ matvec rate
@@ -152,7 +154,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   const mv = (type: number) => kernelRate(m, type, "matvec", o.threads);
   const memGBps = m.memory.find((x) => x.threads === o.threads)?.readGBps ?? m.memory[0]!.readGBps;
   const attention = us(nLayer * costs.attentionBytes, mv(s.attentionType)) + us(nLayer * costs.kvBytesPerPosition * (o.position + 1), memGBps);
-  const predictor = rates.oracle ? 0 : us(costs.predictorBytes ?? 0, mv(s.predictorType));
+  const predictorPass = rates.oracle ? 0 : us(costs.predictorBytes ?? 0, mv(s.predictorType));
   const flagged = rates.flaggedPerToken;
   const fired = rates.firedPerToken;
   const gate = rates.oracle ? us(nLayer * nFF * pack.gateBytes, mv(pack.gateType)) : us(flagged * pack.gateBytes, kernelRate(m, pack.gateType, "gather", o.threads));
@@ -190,6 +192,13 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     batch(fc.bundleMisses[l]!, pack.bundleBytes);
   }
   const reads = throughput + requests * cal.requestUs;
+  // reads ahead (inline, pinned gate rows): every layer also runs the predictor of a layer ahead,
+  // computes the pinned gate rows of its flagged neurons that are not resident, and chooses
+  // which to read (the decoder's cost per flagged neuron looked ahead)
+  const ahead = o.decoder === "inline" && o.readAhead && plan.gatesPinned;
+  const missShare = fired > 0 ? fc.upDownMisses.reduce((a, b) => a + b, 0) / fired : 0;
+  const lookAhead = ahead ? predictorPass + us(flagged * missShare * pack.gateBytes, kernelRate(m, pack.gateType, "gather", o.threads)) + (flagged * (cal.aheadNeuronNs ?? 0)) / 1e3 : 0;
+  const predictor = predictorPass + lookAhead;
   const compute = attention + predictor + gate + upDown + output;
   let total: number;
   let hidden = 0;

@@ -3,7 +3,9 @@
 // shipped model's pack — everything resident, with its trained predictor and with the oracle
 // (every neuron flagged) — and at a quarter and a half of the FFN resident, with reads. From the
 // resident runs: µs per layer and ns per flagged neuron (what the kernels do not explain); from
-// the runs with reads: what each read request costs it beyond the probe's rates. Other models and budgets are predicted from these; bench/planner.js measures how
+// the runs with reads: what each read request costs it beyond the probe's rates; and for the
+// inline decoder, from a resident run with and without reads ahead, what looking a layer ahead
+// costs it per flagged neuron. Other models and budgets are predicted from these; bench/planner.js measures how
 // well.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
@@ -103,6 +105,22 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onSt
     // least squares over the two runs: excess = (requests at the probe's rates) + requestUs · requests
     const c = withReads.reduce((q, w) => q + (w.excess - w.throughput) * w.requests, 0) / Math.max(1e-9, withReads.reduce((q, w) => q + w.requests * w.requests, 0));
     fit.requestUs = Math.max(0, c);
+    if (decoder === "inline") {
+      // reads ahead: the same resident run with gate rows pinned, with and without them (the
+      // look-ahead still predicts, computes and chooses when nothing is left to read)
+      const withAhead: number[] = [];
+      for (const readAhead of [128, 0]) {
+        onStep?.(`inline decoder, reads ahead ${readAhead ? "on" : "off"}`);
+        withAhead.push(await decodeUs(path, { decoder, threads, pinGates: true, readAhead }, 64));
+      }
+      const inp = input("trained");
+      const opts = (readAhead: number) => sparsePlanOptions(pack, decoder, Number.MAX_SAFE_INTEGER, { contextSize: CONTEXT, pinGates: true, readAhead });
+      const t = (readAhead: number) =>
+        tokenTime(inp.shape, planMemory(pack, Number.MAX_SAFE_INTEGER, opts(readAhead)), { ...m, decoders: { inline: { ...fit, aheadNeuronNs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: readAhead > 0, position: 64, window: 5 });
+      const modelled = t(128).total - t(0).total;
+      fit.aheadNeuronNs = Math.max(0, ((withAhead[0]! - withAhead[1]! - modelled) / t(128).flagged) * 1e3);
+      runs.push({ flagged: t(128).flagged, measuredUs: withAhead[0]!, modelledUs: t(128).total }, { flagged: t(0).flagged, measuredUs: withAhead[1]!, modelledUs: t(0).total });
+    }
     out[decoder] = fit;
   }
   return out;

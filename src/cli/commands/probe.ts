@@ -30,7 +30,7 @@ export const probe: Command = {
       const bar = v.json ? undefined : progressBar("probing");
       b = await probeMachine({ diskFile: file, onProgress: bar && ((d, t) => bar(d, t)) });
       // the decoders' own costs, on the shipped model (tools/calibrate.ts)
-      const steps = 12;
+      const steps = 14;
       let done = 0;
       const cal = v.json ? undefined : progressBar("calibrating the decoders");
       b.decoders = await calibrateDecoders(b, dirname(machineCachePath()), () => cal?.(++done, steps));
@@ -64,7 +64,7 @@ export function formatProbe(b: MachineBounds, measured: boolean): string {
   }
   if (b.decoders) {
     lines.push("decoders' own costs (fitted on the shipped model: tools/calibrate.ts):");
-    for (const [d, c] of Object.entries(b.decoders)) lines.push(`  ${d.padEnd(9)} ${c.layerUs.toFixed(1).padStart(7)} µs per layer, ${c.neuronNs.toFixed(1).padStart(6)} ns per flagged neuron, ${c.requestUs.toFixed(1).padStart(5)} µs per read`);
+    for (const [d, c] of Object.entries(b.decoders)) lines.push(`  ${d.padEnd(9)} ${c.layerUs.toFixed(1).padStart(7)} µs per layer, ${c.neuronNs.toFixed(1).padStart(6)} ns per flagged neuron, ${c.requestUs.toFixed(1).padStart(5)} µs per read${c.aheadNeuronNs !== undefined ? `, ${c.aheadNeuronNs.toFixed(0)} ns per flagged neuron looked ahead` : ""}`);
   }
   if (b.messages) lines.push(`messages to a worker thread and back: postMessage ${b.messages.postMessageUs.toFixed(1)} µs, Atomics wait/notify ${b.messages.atomicsUs.toFixed(1)} µs (median)`);
   return lines.join("\n");
