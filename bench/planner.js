@@ -40,7 +40,7 @@ const { values: v } = parseArgs({
 });
 const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
 const planner = await import(pathToFileURL(join(rootDir, "dist", "src", "plan", "planner.js")).href);
-const { sparsePlanOptions, machineForPlan } = await import(pathToFileURL(join(rootDir, "dist", "src", "decode", "planned.js")).href);
+const { packPlannerInput, machineForPlan } = await import(pathToFileURL(join(rootDir, "dist", "src", "decode", "planned.js")).href);
 const log = (s) => process.stderr.write(`[planner] ${s}\n`);
 const MiB = 2 ** 20;
 
@@ -162,7 +162,7 @@ if (!existsSync(packPath)) {
   }
   // --min-speed: half the resident speed the planner predicts
   const pack = np.openPack(packPath);
-  const inp = planner.plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { contextSize: o.ctx, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead }));
+  const inp = packPlannerInput(pack, { contextSize: o.ctx });
   const m = machineForPlan(packPath);
   const limits = { cores: np.native().getThreads(), contextSize: o.ctx };
   const top = planner.makePlan(inp, m, limits);
@@ -193,7 +193,7 @@ else {
   out.grid = await grid(pack7, fractionBudget(pack7, 0.5, o.ctx), o);
   // Fig. 9: from the smallest workable budget to everything resident
   const pack = np.openPack(pack7);
-  const inp = planner.plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { contextSize: o.ctx, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead }));
+  const inp = packPlannerInput(pack, { contextSize: o.ctx });
   const m = machineForPlan(pack7);
   const limits = { cores: np.native().getThreads(), contextSize: o.ctx };
   out.predicted = planner.sweepPlans(inp, m, limits, 16).map((p) => ({ budget: p.memory.budget, tokPerSec: p.predicted.tokPerSec, decoder: p.knobs.decoder }));

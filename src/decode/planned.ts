@@ -6,7 +6,7 @@ import { availableParallelism } from "node:os";
 import { native } from "../native.js";
 import { cachedMachine, keepMachine, machineCachePath, measureBounds, type MachineBounds } from "../plan/machine.js";
 import { readPlanFile } from "../plan/plan-file.js";
-import { makePlan, plannerInput, type ExecutionPlan, type PlanKnobs } from "../plan/planner.js";
+import { makePlan, plannerInput, type ExecutionPlan, type PlanKnobs, type PlannerInput } from "../plan/planner.js";
 import { measureKernels, measureReadRates } from "../plan/probe.js";
 import { planOptions, type PlanOptions } from "../sparse/memory-plan.js";
 import type { Pack } from "../sparse/pack/format.js";
@@ -22,6 +22,11 @@ export function sparsePlanOptions(p: Pack, kind: DecoderKind, budget: number, o:
   const pinGates = kind === "blocking" ? false : o.pinGates;
   const predictor = (o.predictor ?? "trained") === "trained";
   return planOptions(p.config, { ...o, stagingNeurons, pinGates, predictor, readAheadNeurons: kind === "inline" ? o.readAhead : 0, readAheadMaxShare: o.readAhead !== undefined ? 1 : undefined });
+}
+
+/** The planner's view of `pack` opened with options `o`: its candidates' memory plans derived as the loader derives them (the knobs searched replace o's). */
+export function packPlannerInput(pack: Pack, o: OpenOptions): PlannerInput {
+  return plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { ...o, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead }), o.predictor ?? "trained");
 }
 
 /**
@@ -71,7 +76,7 @@ export function planForLoad(pack: Pack, budget: number, o: OpenOptions): { plan?
   } else {
     const m = machineForPlan(pack.path);
     const predictor = o.predictor ?? "trained";
-    const inp = plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { ...o, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead }), predictor);
+    const inp = packPlannerInput(pack, o);
     const cores = o.threads ?? native().getThreads() ?? availableParallelism();
     plan = makePlan(inp, m, { memory: budget >= Number.MAX_SAFE_INTEGER ? undefined : budget, cores, contextSize: o.contextSize, predictor }, given);
   }

@@ -10,12 +10,11 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { loadModel } from "../api/model.js";
-import { sparsePlanOptions } from "../decode/planned.js";
+import { packPlannerInput, sparsePlanOptions } from "../decode/planned.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../sparse/memory-plan.js";
 import { openPack } from "../sparse/pack/open.js";
 import { writePack } from "../sparse/pack/write.js";
 import type { DecoderCalibration, MachineBounds } from "../plan/machine.js";
-import { plannerInput } from "../plan/planner.js";
 import { PIPELINE_OVERLAP, tokenTime } from "../plan/time-model.js";
 import { shippedFile } from "../util/package-files.js";
 
@@ -64,8 +63,7 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onSt
   const out: NonNullable<MachineBounds["decoders"]> = {};
   for (const decoder of DECODERS) {
     const runs: NonNullable<DecoderCalibration["runs"]> = [];
-    const input = (predictor: "trained" | "oracle") =>
-      plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { contextSize: CONTEXT, predictor, pinGates: k.pinGates, readAhead: k.readAhead }), predictor);
+    const input = (predictor: "trained" | "oracle") => packPlannerInput(pack, { contextSize: CONTEXT, predictor });
     const uncalibrated = { ...m, decoders: { [decoder]: { layerUs: 0, neuronNs: 0, requestUs: 0 } } };
     for (const predictor of ["trained", "oracle"] as const) {
       const inp = input(predictor);

@@ -8,11 +8,11 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { loadModel } from "../../src/api/model.js";
-import { sparsePlanOptions } from "../../src/decode/planned.js";
+import { packPlannerInput } from "../../src/decode/planned.js";
 import { forecastCache, type ProfileRates } from "../../src/plan/cache-model.js";
 import type { MachineBounds } from "../../src/plan/machine.js";
 import { readPlanFile, writePlanFile } from "../../src/plan/plan-file.js";
-import { budgetForSpeed, makePlan, plannerInput, smallestBudget, sweepPlans, wholeBudget, type PlannerInput } from "../../src/plan/planner.js";
+import { budgetForSpeed, makePlan, smallestBudget, sweepPlans, wholeBudget, type PlannerInput } from "../../src/plan/planner.js";
 import { tokenTime } from "../../src/plan/time-model.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
@@ -55,7 +55,7 @@ function rates(fire: number[], flagRatio = 1): ProfileRates {
 
 function input(predictor: "trained" | "oracle" = "trained"): PlannerInput {
   const pack = openPack(packPath);
-  return plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { contextSize: ctx, predictor, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead }), predictor);
+  return packPlannerInput(pack, { contextSize: ctx, predictor });
 }
 
 describe("cache model", () => {

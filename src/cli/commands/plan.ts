@@ -4,9 +4,9 @@
 // a speed, `--sweep` predicts speed across budgets.
 import { existsSync } from "node:fs";
 import { availableParallelism } from "node:os";
-import { machineForPlan, sparsePlanOptions } from "../../decode/planned.js";
+import { machineForPlan, packPlannerInput } from "../../decode/planned.js";
 import { writePlanFile } from "../../plan/plan-file.js";
-import { budgetForSpeed, describeExecutionPlan, makePlan, plannerInput, sweepPlans, type ExecutionPlan, type PlanLimits } from "../../plan/planner.js";
+import { budgetForSpeed, describeExecutionPlan, makePlan, sweepPlans, type ExecutionPlan, type PlanLimits } from "../../plan/planner.js";
 import { openPack } from "../../sparse/pack/open.js";
 import { formatBytes, parseBytes } from "../../util/bytes.js";
 import { num, UsageError, type Command } from "../command.js";
@@ -54,7 +54,7 @@ export const plan: Command = {
     }
     const pack = openPack(path);
     const m = machineForPlan(path);
-    const inp = plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { contextSize, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead }));
+    const inp = packPlannerInput(pack, { contextSize });
     const limits: PlanLimits = { memory, cores, contextSize };
     if (v.sweep) {
       const plans = sweepPlans(inp, m, limits);
