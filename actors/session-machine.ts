@@ -83,7 +83,8 @@ export const sessionMachine = setup({
             guard: { type: "stopped", params: ({ event }) => event.output },
             target: "done",
             actions: assign({
-              generated: ({ context, event }) => context.generated + (event.output.stop === "eos" ? 0 : 1),
+              // the token that stops counts unless it is the end of generation or none (max-tokens reached before sampling)
+              generated: ({ context, event }) => context.generated + (event.output.stop === "eos" || event.output.token < 0 ? 0 : 1),
               stopReason: ({ event }) => event.output.stop,
             }),
           },

@@ -18,6 +18,7 @@ import { native } from "../native.js";
 import type { Tokenizer } from "../tokenizer/index.js";
 import { recordInspection, TraceRecorder } from "../trace/recorder.js";
 import { Sampler, type SamplingOptions } from "./sampling.js";
+import { StopSequences } from "./stop-sequences.js";
 
 export type SessionOptions = ContextOptions;
 
@@ -44,6 +45,11 @@ export interface GenerateOptions extends SamplingOptions {
    * records in memory. See docs/pipeline.md, "Trace format".
    */
   trace?: string | TraceRecorder;
+  /**
+   * Stop when the generated text contains one of these strings (stop reason "stop-sequence"); the
+   * stop string is not yielded, and text that could begin one is held back until it cannot.
+   */
+  stop?: readonly string[];
 }
 
 export interface GeneratedPiece {
@@ -159,6 +165,7 @@ export class Session extends EventEmitter<SessionEvents> {
     const maxTokens = opts.maxTokens ?? DEFAULT_MAX_TOKENS;
     if (!(Number.isInteger(maxTokens) && maxTokens >= 0)) throw new RangeError(`maxTokens must be a whole number ≥ 0`);
     const sampler = new Sampler(opts);
+    const stops = opts.stop && opts.stop.length > 0 ? new StopSequences(opts.stop) : undefined;
     const tok = this.model.tokenizer;
     const first = this.tokens.length === 0 && this.unevaluated.length === 0;
     const promptTokens = [...this.unevaluated, ...tok.encode(prompt, { addBos: first ? opts.addBos : false })];
@@ -210,11 +217,14 @@ export class Session extends EventEmitter<SessionEvents> {
           if (tok.isEog(token)) return { token, stop: "eos" };
           history.push(token);
           this.unevaluated = [token];
-          const piece = { text: detok.push(token), token };
+          const text = detok.push(token);
+          const released = stops ? stops.push(text) : { text, stopped: false };
+          const piece = { text: released.text, token };
           await new Promise<void>((resume) => {
             pending = { piece, resume };
             notify();
           });
+          if (released.stopped) return { token, stop: "stop-sequence" };
           // let timers and messages (an abort from another thread, say) run between tokens
           await new Promise<void>((r) => setImmediate(r));
           if (closed || input.step + 1 >= maxTokens) return { token, stop: "max-tokens" };
@@ -268,7 +278,11 @@ export class Session extends EventEmitter<SessionEvents> {
         await new Promise<void>((r) => (wake = r));
       }
       const snap = actor.getSnapshot();
-      const tail = detok.flush();
+      let tail = detok.flush();
+      if (stops && snap.context.stopReason !== "stop-sequence") {
+        const r = stops.push(tail);
+        tail = r.stopped ? r.text : r.text + stops.flush();
+      } else if (stops) tail = "";
       if (tail) yield { text: tail, token: -1 };
       if (snap.value === "failed") throw new Error(`generation failed: ${snap.context.error}`);
       const gen = snap.context.generated;

@@ -1,7 +1,8 @@
 // The `neuronpipe` command line: one file per command in commands/, this file dispatches.
 // Every command has --help.
 import { parseArgs } from "node:util";
-import { UsageError, type Command } from "./command.js";
+import { packageVersion as version } from "../util/package-files.js";
+import { UsageError, type Command, type CommandIO } from "./command.js";
 import { convert } from "./commands/convert.js";
 import { evaluate } from "./commands/eval.js";
 import { generate } from "./commands/generate.js";
@@ -65,30 +66,51 @@ function withOptionalValues(args: string[]): string[] {
   return out;
 }
 
-export async function main(argv: string[]): Promise<number> {
+/** node:util parseArgs's messages, shortened to what the user typed. */
+function parseError(err: Error & { code?: string }): string {
+  const opt = /'(-[^']*)'/.exec(err.message)?.[1];
+  if (err.code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && opt) return `unknown option ${opt}`;
+  if (err.code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE" && opt) return /argument missing/.test(err.message) ? `${opt} needs a value` : `${opt} takes no value`;
+  if (err.code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL") return `unexpected argument: ${err.message.replace(/^Unexpected argument '([^']*)'.*$/s, "$1")}`;
+  return err.message.split("\n")[0]!;
+}
+
+/** Runs `neuronpipe ARGV…`; returns the exit code. `io.stdin` lets a command read a piped prompt. */
+export async function main(argv: string[], io: CommandIO = {}): Promise<number> {
   const [name, ...given] = argv;
   const rest = withOptionalValues(given);
+  if (name === "--version" || name === "-v" || name === "version") {
+    process.stdout.write(`neuronpipe ${version()}\n`);
+    return 0;
+  }
   if (!name || name === "--help" || name === "-h" || name === "help") {
     process.stdout.write(mainHelp());
     return name ? 0 : 1;
   }
   const cmd = commands[name];
   if (!cmd) {
-    process.stderr.write(`neuronpipe: unknown command "${name}"\n\n${mainHelp()}`);
+    const near = Object.keys(commands).find((k) => k.startsWith(name.slice(0, 3)));
+    process.stderr.write(`neuronpipe: unknown command "${name}"${near ? ` (did you mean ${near}?)` : ""}; \`neuronpipe --help\` lists the commands\n`);
     return 2;
   }
   try {
+    if (given.includes("--version")) {
+      process.stdout.write(`neuronpipe ${version()}\n`);
+      return 0;
+    }
     const { values, positionals } = parseArgs({ args: rest, options: cmd.options, allowPositionals: true, strict: true });
     if (values.help) {
       process.stdout.write(helpText(name, cmd));
       return 0;
     }
-    return (await cmd.run(values as Record<string, string | boolean | undefined>, positionals)) ?? 0;
+    return (await cmd.run(values as Record<string, string | boolean | string[] | undefined>, positionals, io)) ?? 0;
   } catch (e) {
-    const err = e as Error;
-    const usage = e instanceof UsageError || (err as { code?: string }).code?.startsWith("ERR_PARSE_ARGS");
-    const help = usage && !(e instanceof UsageError && !e.showHelp);
-    process.stderr.write(`neuronpipe ${name}: ${err.message}\n${help ? `\n${helpText(name, cmd)}` : ""}`);
+    const err = e as Error & { code?: string };
+    const parse = err.code?.startsWith("ERR_PARSE_ARGS") ?? false;
+    const usage = e instanceof UsageError || parse;
+    const message = parse ? parseError(err) : err.message;
+    // one line and a hint, not the whole help
+    process.stderr.write(`neuronpipe ${name}: ${message}\n${usage ? `(\`neuronpipe ${name} --help\` lists the options)\n` : ""}`);
     return usage ? 2 : 1;
   }
 }

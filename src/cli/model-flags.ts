@@ -85,8 +85,7 @@ export async function openFromFlags(path: string, v: Values, o: { threads?: numb
     return await loadModel(path, opts);
   } catch (e) {
     // options refused by name are the command line's mistakes: say which flag
-    // (a budget's refusal already names the smallest workable budget: no help after it)
-    if (e instanceof RangeError) throw new UsageError(flagNames(e.message), !/^memory budget /.test(e.message));
+    if (e instanceof RangeError) throw new UsageError(flagNames(e.message));
     throw e;
   }
 }

@@ -29,3 +29,8 @@ export function shippedFile(name: string): string {
   if (!existsSync(p)) throw new Error(`models/${name} is missing from this installation`);
   return p;
 }
+
+/** The package's version, from its package.json. */
+export function packageVersion(): string {
+  return (JSON.parse(readFileSync(join(packageRoot(), "package.json"), "utf8")) as { version: string }).version;
+}

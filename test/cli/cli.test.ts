@@ -1,5 +1,6 @@
 // The CLI's commands through main(argv), capturing what they print.
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { Readable } from "node:stream";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -57,6 +58,51 @@ describe("neuronpipe CLI", () => {
     const plain = await cli("generate", "--model", p, "--prompt", "Hello there", "--max-tokens", "10");
     expect(plain.out).toBe(`Hello there${j.text}\n`);
     expect(plain.err).toMatch(/generated 10 tok, [\d.]+ tok\/s/);
+  });
+
+  it("llama.cpp's flags: -m -p -n -c -t -f, --temp, --stop, -p - and a piped prompt, --version", async () => {
+    const p = join(dir, "g.gguf"); // written by the test above
+    const long = await cli("generate", "--model", p, "--prompt", "Hello there", "--max-tokens", "10", "--temperature", "0", "--threads", "1", "--ctx", "64", "--json");
+    const short = await cli("generate", "-m", p, "-p", "Hello there", "-n", "10", "--temp", "0", "-t", "1", "-c", "64", "--json");
+    const a = JSON.parse(long.out);
+    const b = JSON.parse(short.out);
+    expect(b.tokens).toEqual(a.tokens);
+    expect([b.sampling.temperature, b.stats.threads]).toEqual([0, 1]);
+    // -f: the prompt from a file; -p -: from stdin (given to main as the terminal's stdin)
+    writeFileSync(join(dir, "prompt.txt"), "Hello there");
+    expect(JSON.parse((await cli("generate", "-m", p, "-f", join(dir, "prompt.txt"), "-n", "10", "--temp", "0", "--json")).out).tokens).toEqual(a.tokens);
+    const piped = await runCli(["generate", "-m", p, "-p", "-", "-n", "10", "--temp", "0", "--json"], {}, { stdin: Readable.from([Buffer.from("Hello "), Buffer.from("there")]) as unknown as NodeJS.ReadStream });
+    expect(JSON.parse(piped.out).tokens).toEqual(a.tokens);
+    // --stop: the text up to the stop string (the reference: the text without one)
+    const stop = a.text.slice(2, 4);
+    const cut = JSON.parse((await cli("generate", "-m", p, "-p", "Hello there", "-n", "10", "--temp", "0", "--stop", "\u0001x", "--stop", stop, "--json")).out);
+    expect(cut.text).toBe(a.text.slice(0, a.text.indexOf(stop)));
+    expect(cut.stats.stopReason).toBe("stop-sequence");
+    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"));
+    expect((await cli("--version")).out).toBe(`neuronpipe ${pkg.version}\n`);
+    expect((await cli("generate", "--version")).out).toBe(`neuronpipe ${pkg.version}\n`);
+    // --max-tokens 0 generates nothing and says so
+    const zero = JSON.parse((await cli("generate", "-m", p, "-p", "Hello there", "-n", "0", "--json")).out);
+    expect([zero.tokens, zero.stats.generatedTokens]).toEqual([[], 0]);
+  });
+
+  it("a command-line mistake prints one line and a hint, not the whole help", async () => {
+    const cases: [string[], RegExp][] = [
+      [["generate", "--frob"], /^neuronpipe generate: unknown option --frob$/],
+      [["generate", "-t", "999"], /^neuronpipe generate: --threads must be a whole number from 1 to 64, got "999"$/],
+      [["generate", "--temp", "0", "--temperature", "1"], /^neuronpipe generate: --temp and --temperature are the same option: give one of them$/],
+      [["generate", "-f", join(dir, "none.txt")], /^neuronpipe generate: --file .*none\.txt: cannot read \(ENOENT\)$/],
+      [["generate", "--stop", ""], /^neuronpipe generate: --stop needs a non-empty string$/],
+      [["generaet"], /^neuronpipe: unknown command "generaet" \(did you mean generate\?\); `neuronpipe --help` lists the commands$/],
+    ];
+    for (const [argv, line] of cases) {
+      const r = await cli(...argv);
+      expect(r.code).toBe(2);
+      const lines = r.err.trimEnd().split("\n");
+      expect(lines[0]).toMatch(line);
+      expect(lines.length).toBeLessThanOrEqual(2);
+      if (lines[1]) expect(lines[1]).toMatch(/--help/);
+    }
   });
 
   it("quantize re-encodes an f32 model into the bytes synth writes for that type directly", async () => {

@@ -1,8 +1,9 @@
 // Run the CLI's main(argv) in this process, capturing what it prints; `env` is set for the call
 // only (a variable given as undefined is unset meanwhile).
+import type { CommandIO } from "../../src/cli/command.js";
 import { main } from "../../src/cli/main.js";
 
-export async function runCli(argv: string[], env: Record<string, string | undefined> = {}): Promise<{ code: number; out: string; err: string }> {
+export async function runCli(argv: string[], env: Record<string, string | undefined> = {}, io: CommandIO = {}): Promise<{ code: number; out: string; err: string }> {
   let out = "";
   let err = "";
   const ow = process.stdout.write.bind(process.stdout);
@@ -18,7 +19,7 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
   process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
   set(env);
   try {
-    return { code: await main(argv), out, err };
+    return { code: await main(argv, io), out, err };
   } finally {
     process.stdout.write = ow;
     process.stderr.write = ew;

@@ -50,6 +50,30 @@ describe("Session.generate", () => {
     model.dispose();
   });
 
+  it("stop sequences end generation before the stop string, which is never yielded; maxTokens 0 generates none", async () => {
+    const model = await loadModel(path);
+    // the reference: the same greedy generation without stop strings, decoded by the tokenizer
+    const full = await generate(model, "The quick brown fox", { maxTokens: 40, temperature: 0 });
+    const text = piecesText(model, full.ids);
+    // a stop string from the middle of the reference text (3 characters at its 60% mark)
+    const at = Math.floor(text.length * 0.6);
+    const stop = text.slice(at, at + 3);
+    const first = text.indexOf(stop);
+    const cut = await generate(model, "The quick brown fox", { maxTokens: 40, temperature: 0, stop: ["\u0000never", stop] });
+    expect(cut.stats.stopReason).toBe("stop-sequence");
+    expect(cut.text).toBe(text.slice(0, first));
+    // every token up to the one completing the stop string was generated, none after
+    const tokensToStop = full.ids.findIndex((_, i) => piecesText(model, full.ids.slice(0, i + 1)).includes(stop)) + 1;
+    expect(cut.ids).toEqual(full.ids.slice(0, tokensToStop));
+    expect(cut.stats.generatedTokens).toBe(tokensToStop);
+    // a stop string that never occurs changes nothing
+    const none = await generate(model, "The quick brown fox", { maxTokens: 40, temperature: 0, stop: ["\u0000never"] });
+    expect(none.text).toBe(full.text);
+    const zero = await generate(model, "The quick brown fox", { maxTokens: 0 });
+    expect([zero.ids.length, zero.stats.generatedTokens, zero.stats.stopReason]).toEqual([0, 0, "max-tokens"]);
+    model.dispose();
+  });
+
   it("greedy decoding equals argmax over teacher-forced logits (incremental KV cache = full recompute)", async () => {
     const model = await loadModel(path);
     const { ids } = await generate(model, "Hello world", { maxTokens: 8, temperature: 0 }); // greedy (the default samples at 0.8, as the CLI)

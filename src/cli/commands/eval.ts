@@ -1,7 +1,7 @@
 // neuronpipe eval: held-out perplexity and FFN activation sparsity of a model on a text file.
 import { readFileSync } from "node:fs";
 import { activationSparsity, perplexity } from "../../tools/evaluate.js";
-import { num, type Command } from "../command.js";
+import { MAX_THREADS, num, type Command } from "../command.js";
 import { bundledHeldout, defaultModelPath, modelFlags, modelFlagsHelp, openFromFlags, sparseSummary } from "../model-flags.js";
 import { progressBar } from "../progress.js";
 
@@ -31,7 +31,7 @@ export const evaluate: Command = {
     const file = (v.file as string | undefined) ?? bundledHeldout();
     const ctx = num(v.ctx, "ctx", { int: true, min: 2 }) ?? 256;
     const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: 2 }) ?? 20000;
-    const threads = num(v.threads, "threads", { int: true, min: 1 });
+    const threads = num(v.threads, "threads", { int: true, min: 1, max: MAX_THREADS });
     const path = (v.model as string | undefined) ?? (await defaultModelPath());
     const model = await openFromFlags(path, v, { threads, contextSize: ctx });
     try {

@@ -4,7 +4,7 @@ import { DEFAULT_MAX_TOKENS } from "../../api/session.js";
 import { startInspector } from "../../inspect/server.js";
 import { native } from "../../native.js";
 import { formatBytes } from "../../util/bytes.js";
-import { num, type Command } from "../command.js";
+import { MAX_THREADS, num, oneOf, readPrompt, UsageError, type Command } from "../command.js";
 import { defaultModelPath, modelFlags, modelFlagsHelp, openFromFlags, sparseSummary } from "../model-flags.js";
 
 export const generate: Command = {
@@ -13,15 +13,19 @@ export const generate: Command = {
   options: {
     model: { type: "string", short: "m" },
     prompt: { type: "string", short: "p" },
+    file: { type: "string", short: "f" },
     "max-tokens": { type: "string", short: "n" },
-    temperature: { type: "string", short: "t" },
+    temp: { type: "string" },
+    temperature: { type: "string" },
+    stop: { type: "string", multiple: true },
     "top-k": { type: "string" },
     "top-p": { type: "string" },
     "min-p": { type: "string" },
     "repeat-penalty": { type: "string" },
     seed: { type: "string", short: "s" },
-    threads: { type: "string" },
-    ctx: { type: "string" },
+    threads: { type: "string", short: "t" },
+    ctx: { type: "string", short: "c" },
+    "ctx-size": { type: "string" },
     ...modelFlags,
     inspect: { type: "string" },
     json: { type: "boolean" },
@@ -30,9 +34,12 @@ export const generate: Command = {
   help: {
     model: "GGUF model file or neuron pack (default: the embedded default model, models/neuronpipe-default.gguf)",
     ...modelFlagsHelp,
-    prompt: "text to continue (default: \"The sea\")",
+    prompt: "text to continue; - reads it from stdin (default: stdin when it is a pipe or a file, else \"The sea\")",
+    file: "read the prompt from this file (- = stdin)",
     "max-tokens": `tokens to generate (default ${DEFAULT_MAX_TOKENS})`,
-    temperature: `sampling temperature; 0 = greedy (default ${defaultSampling.temperature}, as llama.cpp)`,
+    temp: `sampling temperature; 0 = greedy (default ${defaultSampling.temperature}, as llama.cpp)`,
+    temperature: "the same as --temp",
+    stop: "stop when the text contains this string (not printed); repeat for several",
     "top-k": "keep the k most likely tokens (default 40; 0 = off)",
     "top-p": "nucleus sampling mass (default 0.95; 1 = off)",
     "min-p": "drop tokens below min-p × p(best) (default 0.05)",
@@ -40,18 +47,22 @@ export const generate: Command = {
     seed: "random seed: same seed, same output (default 0)",
     threads: "compute threads (default: all CPUs; output is identical for any count)",
     ctx: "context size in tokens (default min(model's, 2048))",
+    "ctx-size": "the same as --ctx",
     inspect:
       "serve the live inspector page on 127.0.0.1:PORT (default 4000): every actor, its state, the token and layer, queue depths, the last events; generation starts once a page is open, and the page stays served until Ctrl-C",
     json: "print one JSON object (token ids, text, timings) instead of streaming text",
   },
-  async run(v) {
+  async run(v, _positionals, io) {
     // read every option before any work, so a typo fails fast
-    const threads = num(v.threads, "threads", { int: true, min: 1 });
-    const contextSize = num(v.ctx, "ctx", { int: true, min: 1 });
-    const prompt = (v.prompt as string | undefined) ?? "The sea";
+    const threads = num(v.threads, "threads", { int: true, min: 1, max: MAX_THREADS });
+    const contextSize = num(oneOf(v, "ctx", "ctx-size"), "ctx", { int: true, min: 1 });
+    const temp = oneOf(v, "temp", "temperature");
+    const stop = v.stop as string[] | undefined;
+    if (stop?.some((s) => s === "")) throw new UsageError("--stop needs a non-empty string");
+    const prompt = await readPrompt(v, io);
     const sampling = {
       maxTokens: num(v["max-tokens"], "max-tokens", { int: true, min: 0 }) ?? DEFAULT_MAX_TOKENS,
-      temperature: num(v.temperature, "temperature", { min: 0 }) ?? defaultSampling.temperature,
+      temperature: num(temp, "temp", { min: 0 }) ?? defaultSampling.temperature,
       topK: num(v["top-k"], "top-k", { int: true, min: 0 }),
       topP: num(v["top-p"], "top-p"),
       minP: num(v["min-p"], "min-p"),
@@ -74,7 +85,7 @@ export const generate: Command = {
       process.once("SIGINT", onSigint);
       const ids: number[] = [];
       let text = "";
-      const it = session.generate(prompt, { ...sampling, signal: ac.signal, trace: v.trace as string | undefined, inspect: inspector?.inspect });
+      const it = session.generate(prompt, { ...sampling, stop, signal: ac.signal, trace: v.trace as string | undefined, inspect: inspector?.inspect });
       let r = await it.next();
       if (!v.json) process.stdout.write(prompt);
       while (!r.done) {
