@@ -13,6 +13,7 @@ const LAYERS = [
   ["decode", "^src/decode/"],
   ["api", "^src/api/"],
   ["tools", "^src/(tools|trace-tools)/"],
+  ["server", "^src/server/"],
   ["workers", "^workers/"],
   ["cli", "^src/cli/"],
   ["index", "^src/index\\.ts$"],

@@ -34,6 +34,8 @@ export interface GenerateOptions extends SamplingOptions {
   signal?: AbortSignal;
   /** Add the BOS token before the prompt (default: the tokenizer's rule). Ignored when the session already holds tokens. */
   addBos?: boolean;
+  /** Read control tokens written in the prompt (`<|im_end|>`, `</s>`) as those tokens, as a chat template's output needs (default false: as text). */
+  parseSpecial?: boolean;
   /**
    * Observe the actors of this generation — the session machine and the decoder's actor system —
    * as XState inspection events (an observer or a function, as XState's `inspect` option). An
@@ -152,14 +154,40 @@ export class Session extends EventEmitter<SessionEvents> {
 
   /** Forget the context (the KV cache is overwritten from position 0). */
   reset(): void {
+    this.truncate(0);
+  }
+
+  /** Keep the first `n` tokens of the context and forget the rest (a later prompt continues from there). */
+  truncate(n: number): void {
     this.checkUsable();
-    if (this.busy) throw new Error("session is generating: reset() would corrupt it; wait for the generation to end");
-    this.tokens.length = 0;
+    if (this.busy) throw new Error("session is generating: changing its context would corrupt it; wait for the generation to end");
+    if (!(Number.isInteger(n) && n >= 0 && n <= this.tokens.length)) throw new RangeError(`truncate: n must be a whole number from 0 to ${this.tokens.length}, got ${n}`);
+    this.tokens.length = n;
     this.unevaluated = [];
   }
 
-  /** Generate text after `prompt`, streaming pieces. */
-  async *generate(prompt: string, opts: GenerateOptions = {}): AsyncGenerator<GeneratedPiece, GenerationStats> {
+  /** The conversation's tokens so far: those in the KV cache, then the last generated one if it is not evaluated yet. */
+  get sequence(): readonly number[] {
+    return [...this.tokens, ...this.unevaluated];
+  }
+
+  /**
+   * Prepare to continue with the sequence `tokens`: keep the longest prefix of this session's
+   * sequence that `tokens` begins with (forgetting the rest) and return the tokens still to give
+   * `generate` — at least one, so that it has logits to sample from.
+   */
+  reuse(tokens: readonly number[]): number[] {
+    const held = this.sequence;
+    let common = 0;
+    while (common < held.length && common < tokens.length && held[common] === tokens[common]) common++;
+    if (common === tokens.length) common = Math.max(0, common - 1);
+    // common < held.length: common ≤ the tokens in the KV cache; what is held beyond it is dropped
+    if (common < held.length) this.truncate(common);
+    return tokens.slice(Math.min(common, held.length));
+  }
+
+  /** Generate text after `prompt` (text, or token ids), streaming pieces. */
+  async *generate(prompt: string | readonly number[], opts: GenerateOptions = {}): AsyncGenerator<GeneratedPiece, GenerationStats> {
     this.checkUsable();
     if (this.busy) throw new Error("session is already generating");
     const maxTokens = opts.maxTokens ?? DEFAULT_MAX_TOKENS;
@@ -168,7 +196,7 @@ export class Session extends EventEmitter<SessionEvents> {
     const stops = opts.stop && opts.stop.length > 0 ? new StopSequences(opts.stop) : undefined;
     const tok = this.model.tokenizer;
     const first = this.tokens.length === 0 && this.unevaluated.length === 0;
-    const promptTokens = [...this.unevaluated, ...tok.encode(prompt, { addBos: first ? opts.addBos : false })];
+    const promptTokens = [...this.unevaluated, ...(typeof prompt === "string" ? tok.encode(prompt, { addBos: first ? opts.addBos : false, parseSpecial: opts.parseSpecial }) : this.checkedIds(prompt))];
     if (promptTokens.length === 0) throw new Error("prompt is empty (no tokens) and the context is empty");
     if (this.tokens.length + promptTokens.length >= this.contextSize) {
       throw new RangeError(`prompt of ${promptTokens.length} tokens does not fit the context (${this.contextSize - this.tokens.length} free)`);
@@ -318,6 +346,14 @@ export class Session extends EventEmitter<SessionEvents> {
         this.busy = false;
       }
     }
+  }
+
+  private checkedIds(ids: readonly number[]): number[] {
+    const V = this.model.config.nVocab;
+    for (const [i, id] of ids.entries()) {
+      if (!(Number.isInteger(id) && id >= 0 && id < V)) throw new RangeError(`prompt token ${i} is ${id}: token ids are whole numbers from 0 to ${V - 1}`);
+    }
+    return [...ids];
   }
 
   private checkUsable() {

@@ -13,6 +13,7 @@ import { probe } from "./commands/probe.js";
 import { plan } from "./commands/plan.js";
 import { profile } from "./commands/profile.js";
 import { quantize } from "./commands/quantize.js";
+import { serve } from "./commands/serve.js";
 import { synth } from "./commands/synth.js";
 import { traceCommand } from "./commands/trace.js";
 import { trainPredictor } from "./commands/train-predictor.js";
@@ -21,6 +22,7 @@ export { defaultModelPath } from "./model-flags.js";
 
 const commands: Record<string, Command> = {
   generate,
+  serve,
   inspect,
   synth,
   trace: traceCommand,
