@@ -55,9 +55,18 @@ export class ChatSession {
     const reply: ChatMessage = { role: "assistant", content: "" };
     this.messages.push(reply);
     const it = this.session.generate(rest, { ...opts, stop });
+    let started = false;
     for (;;) {
-      const r = await it.next();
+      let r: IteratorResult<GeneratedPiece, GenerationStats>;
+      try {
+        r = await it.next();
+      } catch (e) {
+        // refused before any token (the conversation does not fit, say): the turn did not happen
+        if (!started) this.messages.splice(this.messages.length - 2, 2);
+        throw e;
+      }
       if (r.done) return { text: reply.content, stats: r.value };
+      started = true;
       reply.content += r.value.text;
       yield r.value;
     }

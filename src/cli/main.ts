@@ -3,6 +3,7 @@
 import { parseArgs } from "node:util";
 import { packageVersion as version } from "../util/package-files.js";
 import { UsageError, type Command, type CommandIO } from "./command.js";
+import { chat } from "./commands/chat.js";
 import { convert } from "./commands/convert.js";
 import { evaluate } from "./commands/eval.js";
 import { generate } from "./commands/generate.js";
@@ -22,6 +23,7 @@ export { defaultModelPath } from "./model-flags.js";
 
 const commands: Record<string, Command> = {
   generate,
+  chat,
   serve,
   inspect,
   synth,
