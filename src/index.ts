@@ -12,6 +12,7 @@ export type { StopReason } from "../actors/session-machine.js";
 export { ChatSession, type ChatSessionOptions, type ChatPromptOptions, type ChatReply } from "./api/chat.js";
 export { ChatTemplate, CHATML_TEMPLATE, type ChatMessage } from "./api/chat-template.js";
 export { startServer, Server, type ServerOptions } from "./server/server.js";
+export { defaultModelPath } from "./api/default-model.js";
 // how tokens run through the layers (dense, inline, pipeline, blocking, mmap)
 export type { Decoder, DecoderKind, DecodeContext, ContextOptions } from "./decode/decoder.js";
 export { DEFAULT_DECODER, type OpenOptions } from "./decode/open.js";

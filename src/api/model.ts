@@ -58,9 +58,14 @@ export class Model {
     this.closed = this.decoder.dispose();
   }
 
-  async [Symbol.asyncDispose](): Promise<void> {
+  /** Dispose and wait until the decoder's worker threads (a pipeline's) have stopped. */
+  async close(): Promise<void> {
     this.dispose();
-    await this.closed; // the pipeline's worker threads have stopped
+    await this.closed;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
   }
 }
 

@@ -22,7 +22,7 @@ function corpusTokens(model: Model, path: string): number[] {
 export async function reluModelAndCorpus(v: Values, minTokens: number) {
   const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: minTokens });
   const threads = num(v.threads, "threads", { int: true, min: 1 });
-  const path = (v.model as string | undefined) ?? (await defaultModelPath());
+  const path = (v.model as string | undefined) ?? defaultModelPath();
   const corpus = (v.corpus as string | undefined) ?? bundledHeldout();
   const model = await loadModel(path, { threads });
   try {

@@ -10,10 +10,7 @@ import { shippedFile } from "../util/package-files.js";
 import { num, UsageError, type Values } from "./command.js";
 import { progressBar } from "./progress.js";
 
-/** The embedded default model (models/neuronpipe-default.gguf, trained by tools/train). */
-export async function defaultModelPath(): Promise<string> {
-  return shippedFile("neuronpipe-default.gguf");
-}
+export { defaultModelPath } from "../api/default-model.js";
 
 /** The default model's held-out text (eval and profile default corpus). */
 export function bundledHeldout(): string {

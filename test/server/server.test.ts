@@ -16,7 +16,7 @@ let client: OpenAI;
 let generated = 0; // completion tokens the answers reported, summed
 
 beforeAll(async () => {
-  model = await loadModel(await defaultModelPath(), { contextSize: 256 });
+  model = await loadModel(defaultModelPath(), { contextSize: 256 });
   server = await startServer(model, { port: 0, modelName: "default" });
   client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "unused", maxRetries: 0 });
 });

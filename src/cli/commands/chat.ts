@@ -51,7 +51,7 @@ export const chat: Command = {
       minP: num(v["min-p"], "min-p"),
     };
     let seed = num(v.seed, "seed", { int: true }) ?? defaultSampling.seed;
-    const path = (v.model as string | undefined) ?? (await defaultModelPath());
+    const path = (v.model as string | undefined) ?? defaultModelPath();
     const model = await openFromFlags(path, { ...v, json: true }, { threads, contextSize });
     const conversation = new ChatSession(model, { contextSize, systemPrompt: v.system as string | undefined });
     const input = io.stdin ?? process.stdin;

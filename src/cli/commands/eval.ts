@@ -32,7 +32,7 @@ export const evaluate: Command = {
     const ctx = num(v.ctx, "ctx", { int: true, min: 2 }) ?? 256;
     const maxTokens = num(v["max-tokens"], "max-tokens", { int: true, min: 2 }) ?? 20000;
     const threads = num(v.threads, "threads", { int: true, min: 1, max: MAX_THREADS });
-    const path = (v.model as string | undefined) ?? (await defaultModelPath());
+    const path = (v.model as string | undefined) ?? defaultModelPath();
     const model = await openFromFlags(path, v, { threads, contextSize: ctx });
     try {
       const tokens = model.tokenizer.encode(readFileSync(file, "utf8"), { addBos: false }).slice(0, maxTokens);

@@ -70,7 +70,7 @@ export const generate: Command = {
       seed: num(v.seed, "seed", { int: true }) ?? defaultSampling.seed,
     };
     const inspectPort = v.inspect === undefined ? undefined : num(v.inspect === "" ? "4000" : v.inspect, "inspect", { int: true, min: 0 });
-    const path = (v.model as string | undefined) ?? (await defaultModelPath());
+    const path = (v.model as string | undefined) ?? defaultModelPath();
     const model = await openFromFlags(path, v, { threads, contextSize });
     try {
       if (model.sparse && !v.json) process.stderr.write(model.sparse.describe() + "\n");

@@ -34,7 +34,7 @@ export const pack: Command = {
   },
   async run(v) {
     if (v.predictor !== undefined && v["no-predictor"]) throw new UsageError("--predictor and --no-predictor exclude each other");
-    const model = (v.model as string | undefined) ?? (await defaultModelPath());
+    const model = (v.model as string | undefined) ?? defaultModelPath();
     if (!existsSync(model)) throw new Error(`${model}: no such model file`);
     const profile = (v.profile as string | undefined) ?? `${model}.profile.gguf`;
     if (!existsSync(profile)) {

@@ -36,7 +36,7 @@ export const serve: Command = {
     const queueLimit = num(v["queue-limit"], "queue-limit", { int: true, min: 0 });
     const threads = num(v.threads, "threads", { int: true, min: 1, max: MAX_THREADS });
     const contextSize = num(v.ctx, "ctx", { int: true, min: 1 });
-    const path = (v.model as string | undefined) ?? (await defaultModelPath());
+    const path = (v.model as string | undefined) ?? defaultModelPath();
     const model = await openFromFlags(path, v, { threads, contextSize });
     try {
       if (model.sparse && parallel !== undefined && parallel > 1) throw new UsageError(`--parallel: the memory plan of a neuron pack holds one session; give 1, got ${parallel}`);
