@@ -104,6 +104,11 @@ export interface SessionModel {
   createTrace(path?: string): TraceRecorder;
 }
 
+function allFinite(a: Float32Array): boolean {
+  for (let i = 0; i < a.length; i++) if (!Number.isFinite(a[i]!)) return false;
+  return true;
+}
+
 export class Session extends EventEmitter<SessionEvents> {
   readonly contextSize: number;
   readonly batchSize: number;
@@ -235,6 +240,7 @@ export class Session extends EventEmitter<SessionEvents> {
             this.tokens.push(...batch);
           }
           logits = Float32Array.from(n.viewF32(ctx.rs.buf, off, V));
+          if (!allFinite(logits)) throw this.nonFinite(input.tokens.at(-1)!, this.tokens.length - 1);
           this.unevaluated = [];
           tPrefill1 = performance.now();
           this.emit("prefilled", { tokens: input.tokens.length, seconds: (tPrefill1 - tPrefill0) / 1000 });
@@ -263,6 +269,7 @@ export class Session extends EventEmitter<SessionEvents> {
           this.tokens.push(token);
           this.unevaluated = [];
           logits = Float32Array.from(n.viewF32(ctx.rs.buf, off, V));
+          if (!allFinite(logits)) throw this.nonFinite(token, this.tokens.length - 1);
           decodeMs += performance.now() - t0;
           decodePasses++;
           return { token };
@@ -346,6 +353,30 @@ export class Session extends EventEmitter<SessionEvents> {
         this.busy = false;
       }
     }
+  }
+
+  /**
+   * The error for logits that hold NaN or ±Inf: the token at `pos` is evaluated again with a check
+   * after each layer, to name the first layer whose output is not finite (generation stops: no
+   * token is sampled from such logits).
+   */
+  private nonFinite(token: number, pos: number): Error {
+    const n = native();
+    const E = this.model.config.nEmbd;
+    let layer = -1;
+    let checked = false;
+    try {
+      this.model.decoder.evaluate(this.ctx, [token], pos, {
+        onLayer: (l) => {
+          checked = true;
+          if (layer < 0 && !allFinite(n.viewF32(this.ctx.rs.buf, this.ctx.rs.x, E))) layer = l;
+        },
+      });
+    } catch {
+      checked = false;
+    }
+    const where = layer >= 0 ? `the output of layer ${layer} (blk.${layer}.*) is the first that is not finite` : checked ? "every layer's output is finite: the output norm or output.weight is not" : "(the layer was not found)";
+    return new Error(`${this.model.path}: non-finite logits at position ${pos}: ${where}; the weights or the metadata hold NaN/Inf values or overflow`);
   }
 
   private checkedIds(ids: readonly number[]): number[] {

@@ -12,6 +12,7 @@ import {
   tensorTypes,
   tensorTypeName,
 } from "./types.js";
+import { safeMessage } from "../util/message.js";
 
 export class GGUFError extends Error {
   constructor(
@@ -19,7 +20,8 @@ export class GGUFError extends Error {
     message: string,
     readonly offset?: number,
   ) {
-    super(`${file}: ${message}${offset !== undefined ? ` (at byte ${offset})` : ""}`);
+    // the file's own bytes (a key, a name) may be in the message: escaped and cut (util/message.ts)
+    super(safeMessage(`${file}: ${message}${offset !== undefined ? ` (at byte ${offset})` : ""}`));
     this.name = "GGUFError";
   }
 }
@@ -49,6 +51,10 @@ export interface GGUFFile {
 }
 
 const MAX_TENSORS = 1 << 20;
+/** Longest metadata key (the GGUF spec: keys are at most 65535 bytes). */
+const MAX_KEY = 65535;
+/** Longest tensor name (ggml's GGML_MAX_NAME, terminator included). */
+const MAX_NAME = 63;
 const MAX_KV = 1 << 20;
 const MAX_STRING = 1 << 26;
 const MAX_DIMS = 4;
@@ -149,9 +155,9 @@ class Cursor {
     this.pos += n;
     return this.buf.subarray(o, o + n);
   }
-  string(what: string): string {
+  string(what: string, max = MAX_STRING): string {
     const at = this.pos;
-    const n = this.count(`length of ${what}`, Math.min(MAX_STRING, this.size));
+    const n = this.count(`length of ${what}`, Math.min(max, this.size));
     if (this.pos + n > this.size) this.fail(`string ${what} of ${n} bytes runs past the end of the file`, at);
     return this.bytes(n, what).toString("utf8");
   }
@@ -276,7 +282,7 @@ export function readGGUF(path: string): GGUFFile {
 
     const metadata = new Map<string, MetaValue>();
     for (let i = 0; i < nKV; i++) {
-      const key = c.string(`metadata key #${i}`);
+      const key = c.string(`metadata key #${i}`, MAX_KEY);
       const at = c.pos;
       const type = c.u32(`type of ${key}`);
       if (type > 12) c.fail(`key ${key}: unknown metadata value type ${type}`, at);
@@ -297,7 +303,7 @@ export function readGGUF(path: string): GGUFFile {
     const tensors: TensorInfo[] = [];
     const byName = new Map<string, TensorInfo>();
     for (let i = 0; i < nTensors; i++) {
-      const name = c.string(`name of tensor #${i}`);
+      const name = c.string(`name of tensor #${i}`, MAX_NAME);
       const at = c.pos;
       const nd = c.u32(`dims of ${name}`);
       if (nd < 1 || nd > MAX_DIMS) c.fail(`tensor ${name}: ${nd} dimensions (1..${MAX_DIMS} allowed)`, at);

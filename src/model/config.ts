@@ -45,10 +45,20 @@ export function readConfig(f: GGUFFile): ModelConfig {
     );
   }
   const k = (s: string) => `${arch}.${s}`;
-  const nEmbd = requireNumber(f, k("embedding_length"));
-  const nHead = requireNumber(f, k("attention.head_count"));
-  const nHeadKv = metaNumber(f, k("attention.head_count_kv")) ?? nHead;
-  const nLayer = requireNumber(f, k("block_count"));
+  // every number a kernel relies on is checked here, naming its key (a bad value would otherwise
+  // surface as NaN logits or a kernel's range error at the first token)
+  const whole = (key: string, v: number | undefined, max: number, min = 1): number | undefined => {
+    if (v !== undefined && !(Number.isInteger(v) && v >= min && v <= max)) throw new GGUFError(f.path, `metadata ${key} = ${v} is not a whole number from ${min} to ${max}`);
+    return v;
+  };
+  const positive = (key: string, v: number | undefined, max: number): number | undefined => {
+    if (v !== undefined && !(Number.isFinite(v) && v > 0 && v < max)) throw new GGUFError(f.path, `metadata ${key} = ${v} is not a number above 0 and below ${max}`);
+    return v;
+  };
+  const nEmbd = whole(k("embedding_length"), requireNumber(f, k("embedding_length")), 1 << 20)!;
+  const nHead = whole(k("attention.head_count"), requireNumber(f, k("attention.head_count")), 1 << 12)!;
+  const nHeadKv = whole(k("attention.head_count_kv"), metaNumber(f, k("attention.head_count_kv")), nHead) ?? nHead;
+  const nLayer = whole(k("block_count"), requireNumber(f, k("block_count")), 1 << 12)!;
   // refuse what we would otherwise compute wrongly
   const scaling = metaString(f, k("rope.scaling.type"));
   if ((scaling !== undefined && scaling !== "none") || f.tensorsByName.has("rope_freqs.weight")) {
@@ -66,14 +76,21 @@ export function readConfig(f: GGUFFile): ModelConfig {
   let nFF = metaNumber(f, k("feed_forward_length"));
   if (nFF === undefined && arch === "smallthinker") nFF = metaNumber(f, k("expert_feed_forward_length"));
   if (nFF === undefined) throw new GGUFError(f.path, `missing metadata key ${k("feed_forward_length")}`);
+  whole(k("feed_forward_length"), nFF, 1 << 22);
   if (nEmbd % nHead !== 0) throw new GGUFError(f.path, `embedding_length ${nEmbd} not divisible by head_count ${nHead}`);
   if (nHead % nHeadKv !== 0) throw new GGUFError(f.path, `head_count ${nHead} not divisible by head_count_kv ${nHeadKv}`);
-  const headDim = metaNumber(f, k("attention.key_length")) ?? nEmbd / nHead;
-  const ropeDim = metaNumber(f, k("rope.dimension_count")) ?? headDim;
+  const headDim = whole(k("attention.key_length"), metaNumber(f, k("attention.key_length")), 1 << 12) ?? nEmbd / nHead;
+  if (headDim !== nEmbd / nHead) throw new GGUFError(f.path, `metadata ${k("attention.key_length")} = ${headDim}: only embedding_length / head_count (${nEmbd / nHead}) is supported`);
+  if (headDim % 2 !== 0) throw new GGUFError(f.path, `the head dimension ${headDim} (embedding_length / head_count) is odd: rotary embeddings rotate pairs`);
+  const ropeDim = whole(k("rope.dimension_count"), metaNumber(f, k("rope.dimension_count")), headDim, 0) ?? headDim;
+  if (ropeDim % 2 !== 0) throw new GGUFError(f.path, `metadata ${k("rope.dimension_count")} = ${ropeDim} is odd: rotary embeddings rotate pairs`);
   const tokens = f.metadata.get("tokenizer.ggml.tokens")?.value as unknown[] | undefined;
   const embd = f.tensorsByName.get("token_embd.weight");
-  const nVocab = metaNumber(f, k("vocab_size")) ?? tokens?.length ?? embd?.ne[1];
+  const nVocab = whole(k("vocab_size"), metaNumber(f, k("vocab_size")), 1 << 24) ?? tokens?.length ?? embd?.ne[1];
   if (nVocab === undefined) throw new GGUFError(f.path, "cannot tell the vocabulary size (no tokenizer.ggml.tokens)");
+  const nCtxTrain = whole(k("context_length"), metaNumber(f, k("context_length")), 1 << 24) ?? 2048;
+  const rmsEps = positive(k("attention.layer_norm_rms_epsilon"), metaNumber(f, k("attention.layer_norm_rms_epsilon")), 1) ?? 1e-5;
+  const ropeBase = positive(k("rope.freq_base"), metaNumber(f, k("rope.freq_base")), 1e12) ?? 10000;
 
   let activation: FfnActivation;
   let activationSource: string;
@@ -103,9 +120,9 @@ export function readConfig(f: GGUFFile): ModelConfig {
     nHead,
     nHeadKv,
     headDim,
-    nCtxTrain: metaNumber(f, k("context_length")) ?? 2048,
-    rmsEps: metaNumber(f, k("attention.layer_norm_rms_epsilon")) ?? 1e-5,
-    ropeBase: metaNumber(f, k("rope.freq_base")) ?? 10000,
+    nCtxTrain,
+    rmsEps,
+    ropeBase,
     ropeDim,
     // llama.cpp: llama/mistral/bamboo use normal rope; smallthinker NeoX. Overridable by key.
     ropeNeox: metaBool(f, "neuronpipe.rope_neox") ?? arch === "smallthinker",

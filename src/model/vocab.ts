@@ -18,13 +18,17 @@ export function vocabFromGGUF(f: GGUFFile): GgufVocab {
   if (scores !== undefined && !(scores instanceof Float32Array && scores.length === tokens.length)) {
     throw new GGUFError(f.path, `tokenizer.ggml.scores must be ${tokens.length} f32 values`);
   }
+  if (scores instanceof Float32Array) {
+    const bad = scores.findIndex((x) => !Number.isFinite(x));
+    if (bad >= 0) throw new GGUFError(f.path, `tokenizer.ggml.scores[${bad}] is ${scores[bad]}, not a finite number`);
+  }
   if (types !== undefined && !(types instanceof Int32Array && types.length === tokens.length)) {
     throw new GGUFError(f.path, `tokenizer.ggml.token_type must be ${tokens.length} i32 values`);
   }
   if (model === "gpt2" && !Array.isArray(merges)) throw new GGUFError(f.path, "BPE tokenizer without tokenizer.ggml.merges");
   const id = (k: string) => {
     const v = metaNumber(f, k);
-    if (v !== undefined && !(v >= 0 && v < tokens.length)) throw new GGUFError(f.path, `${k} = ${v} is outside the vocabulary`);
+    if (v !== undefined && !(Number.isInteger(v) && v >= 0 && v < tokens.length)) throw new GGUFError(f.path, `${k} = ${v} is not a token id (0 to ${tokens.length - 1})`);
     return v;
   };
   return {

@@ -11,6 +11,7 @@
 // The down column is the neuron's column of the down matrix, dequantised and re-quantised as a
 // row of n_embd values in down_type (exact for F32/F16, a second rounding for Q8_0/Q4_0; the
 // measured relative error is stored per layer).
+import { safeMessage } from "../../util/message.js";
 import type { GGUFFile, TensorInfo } from "../../gguf/reader.js";
 import { computeTypes, tensorTypeName } from "../../gguf/types.js";
 import type { ModelConfig } from "../../model/config.js";
@@ -61,7 +62,7 @@ export interface Pack {
 /** A malformed or unusable pack (or pack input); the message starts with the file path. */
 export class PackError extends Error {
   constructor(message: string) {
-    super(message);
+    super(safeMessage(message));
     this.name = "PackError";
   }
 }

@@ -1,0 +1,109 @@
+// Bad metadata is refused at load naming the file and the key; bad weights stop generation naming
+// the first layer whose output is not finite; messages quoting the file's bytes stay short and
+// printable. Each case is a regression test for a defect the issue-17 fuzz found.
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { loadModel, readGGUF, synthModel } from "../../src/index.js";
+import { ValueType } from "../../src/gguf/types.js";
+import type { GGUFWriter } from "../../src/gguf/writer.js";
+
+const dir = mkdtempSync(join(tmpdir(), "np-harden-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const shape = { embd: 64, ff: 96, layers: 2, heads: 2, kvHeads: 2, ctx: 64 };
+let n = 0;
+
+async function model(edit: (w: GGUFWriter) => void, type = "f32"): Promise<string> {
+  const w = synthModel({ shape, type, seed: 1 });
+  edit(w);
+  const p = join(dir, `m${n++}.gguf`);
+  await w.write(p);
+  return p;
+}
+
+async function generate(path: string): Promise<string> {
+  const m = await loadModel(path);
+  try {
+    const s = m.createSession({ contextSize: 64 });
+    let text = "";
+    for await (const p of s.generate("Hello", { maxTokens: 3, temperature: 0 })) text += p.text;
+    return text;
+  } finally {
+    m.dispose();
+  }
+}
+
+describe("metadata a kernel relies on is checked at load", () => {
+  const cases: [string, (w: GGUFWriter) => void, RegExp][] = [
+    ["rms epsilon NaN", (w) => w.setF32("llama.attention.layer_norm_rms_epsilon", NaN), /metadata llama\.attention\.layer_norm_rms_epsilon = NaN is not a number above 0/],
+    ["rope base 0", (w) => w.setF32("llama.rope.freq_base", 0), /metadata llama\.rope\.freq_base = 0 is not a number above 0/],
+    ["odd rope dimension", (w) => w.setU32("llama.rope.dimension_count", 31), /metadata llama\.rope\.dimension_count = 31 is odd/],
+    ["rope dimension above the head's", (w) => w.setU32("llama.rope.dimension_count", 64), /llama\.rope\.dimension_count = 64 is not a whole number from 0 to 32/],
+    ["a float token id", (w) => w.setF32("tokenizer.ggml.bos_token_id", 1.5), /tokenizer\.ggml\.bos_token_id = 1\.5 is not a token id/],
+    ["a token id past the vocabulary", (w) => w.setU32("tokenizer.ggml.eos_token_id", 40000), /tokenizer\.ggml\.eos_token_id = 40000 is not a token id \(0 to 31999\)/],
+    ["zero layers", (w) => w.setU32("llama.block_count", 0), /metadata llama\.block_count = 0 is not a whole number from 1/],
+    ["a fractional head count", (w) => w.setF32("llama.attention.head_count", 2.5), /llama\.attention\.head_count = 2\.5 is not a whole number/],
+    ["more kv heads than heads", (w) => w.setU32("llama.attention.head_count_kv", 4), /llama\.attention\.head_count_kv = 4 is not a whole number from 1 to 2/],
+    ["context length 0", (w) => w.setU32("llama.context_length", 0), /llama\.context_length = 0 is not a whole number/],
+  ];
+  for (const [name, edit, message] of cases) {
+    it(name, async () => {
+      const p = await model(edit);
+      const e = await loadModel(p).then(
+        (m) => (m.dispose(), undefined),
+        (err: Error) => err,
+      );
+      expect(e?.message).toMatch(message);
+      expect(e?.message.startsWith(p)).toBe(true);
+    });
+  }
+
+  it("a NaN vocabulary score", async () => {
+    const p = await model((w) => {
+      const scores = Float32Array.from(w.metadata.get("tokenizer.ggml.scores")!.value as Float32Array);
+      scores[7] = NaN;
+      w.setArray("tokenizer.ggml.scores", ValueType.FLOAT32, scores);
+    });
+    await expect(loadModel(p)).rejects.toThrow(/tokenizer\.ggml\.scores\[7\] is NaN, not a finite number/);
+  });
+});
+
+describe("weights that are not finite stop generation naming the layer", () => {
+  it("NaN in blk.1.ffn_down.weight: an error naming layer 1, no tokens sampled from NaN", async () => {
+    const p = await model(() => {});
+    const t = readGGUF(p).tensorsByName.get("blk.1.ffn_down.weight")!;
+    const fd = openSync(p, "r+");
+    writeSync(fd, Buffer.from(new Float32Array(64).fill(NaN).buffer), 0, 256, t.offset);
+    closeSync(fd);
+    await expect(generate(p)).rejects.toThrow(/non-finite logits at position \d+: the output of layer 1 \(blk\.1\.\*\) is the first that is not finite/);
+  });
+
+  it("Inf in output.weight: an error naming the output", async () => {
+    const p = await model(() => {});
+    const t = readGGUF(p).tensorsByName.get("output.weight")!;
+    const fd = openSync(p, "r+");
+    writeSync(fd, Buffer.from(new Float32Array(64).fill(Infinity).buffer), 0, 256, t.offset);
+    closeSync(fd);
+    await expect(generate(p)).rejects.toThrow(/every layer's output is finite: the output norm or output\.weight is not/);
+  });
+});
+
+describe("messages that quote the file", () => {
+  it("a key with control characters and 60,000 bytes, of an unknown type: one short, printable line", async () => {
+    const key = `bad\u0001key\u001b[31m${"x".repeat(60_000)}`;
+    const p = await model((w) => w.set(key, ValueType.UINT8, 1));
+    const bytes = readFileSync(p);
+    const at = bytes.indexOf(Buffer.from(key)) + Buffer.byteLength(key);
+    bytes.writeUInt32LE(99, at); // the value type after the key
+    writeFileSync(p, bytes);
+    const e = (await loadModel(p).catch((err: Error) => err)) as Error;
+    expect(e).toBeInstanceOf(Error);
+    expect(e.message).toMatch(/unknown metadata value type 99/);
+    expect(e.message).toMatch(/bad\\x01key\\x1b\[31mxxx/);
+    expect(e.message).toMatch(/\(at byte \d+\)$/);
+    expect(e.message.length).toBeLessThanOrEqual(500);
+    // eslint-disable-next-line no-control-regex
+    expect(e.message).not.toMatch(/[\u0000-\u001f\u007f]/);
+  });
+});
