@@ -51,11 +51,17 @@ export class Model {
     return s;
   }
 
+  /**
+   * Free the model: its sessions are disposed (a generation running stops), and the decoder is
+   * freed once no decoder pass runs on any of them (`close()` waits for that).
+   */
   dispose(): void {
     if (this.disposed) return;
-    for (const s of [...this.sessions]) s.dispose();
+    const sessions = [...this.sessions];
+    const released = sessions.map((s) => s.whenReleased());
+    for (const s of sessions) s.dispose();
     this.disposed = true;
-    this.closed = this.decoder.dispose();
+    this.closed = Promise.all(released).then(() => this.decoder.dispose());
   }
 
   /** Dispose and wait until the decoder's worker threads (a pipeline's) have stopped. */

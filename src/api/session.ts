@@ -119,6 +119,11 @@ export class Session extends EventEmitter<SessionEvents> {
   private unevaluated: number[] = [];
   private busy = false;
   private disposed = false;
+  private released = false;
+  /** Decoder passes running on this session's context. */
+  private passes = 0;
+  private stopGeneration?: () => void;
+  private onReleased?: () => void;
   lastStats?: GenerationStats;
 
   constructor(
@@ -236,7 +241,7 @@ export class Session extends EventEmitter<SessionEvents> {
           let off = -1;
           for (let i = 0; i < input.tokens.length; i += this.batchSize) {
             const batch = input.tokens.slice(i, i + this.batchSize);
-            off = await decoder.prefill(ctx, batch, this.tokens.length, opts.signal);
+            off = await this.pass(() => decoder.prefill(ctx, batch, this.tokens.length, opts.signal));
             this.tokens.push(...batch);
           }
           logits = Float32Array.from(n.viewF32(ctx.rs.buf, off, V));
@@ -264,7 +269,7 @@ export class Session extends EventEmitter<SessionEvents> {
           if (closed || input.step + 1 >= maxTokens) return { token, stop: "max-tokens" };
           if (this.tokens.length + 1 >= this.contextSize) return { token, stop: "context-full" };
           const t0 = performance.now();
-          const off = await decoder.decode(ctx, token, this.tokens.length, opts.signal);
+          const off = await this.pass(() => decoder.decode(ctx, token, this.tokens.length, opts.signal));
           if (closed) return { token, stop: "max-tokens" }; // cancelled while the pass ran: the token stays unevaluated
           this.tokens.push(token);
           this.unevaluated = [];
@@ -281,6 +286,10 @@ export class Session extends EventEmitter<SessionEvents> {
     let trace: TraceRecorder | undefined;
     let actor: ReturnType<typeof createActor<typeof machine>> | undefined;
     const onAbort = () => actor?.send({ type: "ABORT", reason: String(opts.signal?.reason ?? "aborted") });
+    this.stopGeneration = () => {
+      actor?.send({ type: "ABORT", reason: "session disposed" });
+      notify();
+    };
     try {
       trace = opts.trace === undefined ? undefined : typeof opts.trace === "string" ? this.model.createTrace(opts.trace) : opts.trace;
       decoder.trace = trace;
@@ -313,6 +322,7 @@ export class Session extends EventEmitter<SessionEvents> {
         await new Promise<void>((r) => (wake = r));
       }
       const snap = actor.getSnapshot();
+      if (this.disposed) throw new Error("the session was disposed during the generation");
       let tail = detok.flush();
       if (stops && snap.context.stopReason !== "stop-sequence") {
         const r = stops.push(tail);
@@ -351,6 +361,8 @@ export class Session extends EventEmitter<SessionEvents> {
         decoder.trace = undefined;
         if (typeof opts.trace === "string") trace?.close();
         this.busy = false;
+        this.stopGeneration = undefined;
+        if (this.disposed) this.releaseContext();
       }
     }
   }
@@ -391,12 +403,53 @@ export class Session extends EventEmitter<SessionEvents> {
     if (this.disposed) throw new Error("session is disposed");
   }
 
-  dispose(): void {
-    if (this.disposed) return;
-    this.disposed = true;
+  /** One decoder pass over this session's context; a dispose meanwhile releases the context once the pass is over. */
+  private async pass(f: () => Promise<number>): Promise<number> {
+    if (this.disposed) throw new Error("the session was disposed during the generation");
+    this.passes++;
+    try {
+      return await f();
+    } finally {
+      this.passes--;
+      if (this.disposed) {
+        this.releaseContext();
+        // eslint-disable-next-line no-unsafe-finally
+        throw new Error("the session was disposed during the generation");
+      }
+    }
+  }
+
+  private releaseContext(): void {
+    if (this.released || this.passes > 0) return;
+    this.released = true;
     this.model.decoder.releaseContext(this.ctx);
     this.emit("disposed");
     this.removeAllListeners();
+    this.onReleased?.();
+  }
+
+  /** Resolves once the session's context is released (after dispose, and after a decoder pass that was running). */
+  whenReleased(): Promise<void> {
+    if (this.released) return Promise.resolve();
+    return new Promise((r) => {
+      const prev = this.onReleased;
+      this.onReleased = () => {
+        prev?.();
+        r();
+      };
+    });
+  }
+
+  /**
+   * Free the session's KV cache. During a generation the generation stops (the iterator throws
+   * "the session was disposed during the generation"), and a decoder pass already running
+   * finishes first: its context is released after it.
+   */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.stopGeneration?.();
+    this.releaseContext();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

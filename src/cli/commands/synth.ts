@@ -42,7 +42,7 @@ export const synth: Command = {
     ctx: "training context length recorded in the file",
     type: "weight type: f32, f16, q8_0, q4_0 (default q4_0)",
     activation: "FFN activation: swiglu, reglu, drelu (default swiglu)",
-    tokenizer: "vocabulary: llama2 (SentencePiece, 32000) or llama3 (BPE, 128256) (default llama2)",
+    tokenizer: "vocabulary: llama2 (SentencePiece, 32000), llama3 (BPE, 128256) or bytes (SentencePiece, 291: byte tokens and a few words, for small test files) (default llama2)",
     tied: "tie the output projection to the token embedding",
     seed: "random seed (default 1)",
   },
@@ -63,7 +63,7 @@ export const synth: Command = {
     const activation = (v.activation as string | undefined) ?? "swiglu";
     if (!["swiglu", "reglu", "drelu"].includes(activation)) throw new UsageError(`--activation must be swiglu, reglu or drelu`);
     const tokenizer = (v.tokenizer as string | undefined) ?? "llama2";
-    if (tokenizer !== "llama2" && tokenizer !== "llama3") throw new UsageError(`--tokenizer must be llama2 or llama3`);
+    if (tokenizer !== "llama2" && tokenizer !== "llama3" && tokenizer !== "bytes") throw new UsageError(`--tokenizer must be llama2, llama3 or bytes`);
     const w = synthModel({
       shape,
       type: ((v.type as string | undefined) ?? "q4_0").toLowerCase(),

