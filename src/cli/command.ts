@@ -1,5 +1,7 @@
 // What a CLI command is: its options (node:util parseArgs), their help, and what it runs.
-import { fstatSync, readFileSync } from "node:fs";
+import { existsSync, fstatSync, readFileSync, realpathSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { packageRoot } from "../util/package-files.js";
 import type { ParseArgsConfig } from "node:util";
 
 export type Options = NonNullable<ParseArgsConfig["options"]>;
@@ -78,4 +80,24 @@ export async function readPrompt(v: Values, io: CommandIO, fallback = "The sea")
     }
   }
   return fallback;
+}
+
+/** The `--force` option of a command that writes a file. */
+export const forceOption = { force: { type: "boolean" as const } };
+export const forceHelp = { force: "overwrite the output file if it exists" };
+
+/**
+ * Refuse to overwrite an existing file unless `--force` (a file shipped with neuronpipe is named as
+ * such: the default model's profile and predictors are what its tests and benchmarks are measured
+ * with). Called before any work, so a refusal costs nothing.
+ */
+export function checkOverwrite(path: string, v: Values, flag = "--out"): void {
+  if (v.force || !existsSync(path)) return;
+  let shipped = false;
+  try {
+    shipped = dirname(realpathSync(path)) === realpathSync(join(packageRoot(), "models"));
+  } catch {
+    shipped = false;
+  }
+  throw new UsageError(`${path} exists${shipped ? " and ships with neuronpipe (the default model's files)" : ""}: --force overwrites it, ${flag} PATH writes elsewhere`);
 }

@@ -3,6 +3,7 @@
 import { parseArgs } from "node:util";
 import { packageVersion as version } from "../util/package-files.js";
 import { UsageError, type Command, type CommandIO } from "./command.js";
+import { bench } from "./commands/bench.js";
 import { chat } from "./commands/chat.js";
 import { convert } from "./commands/convert.js";
 import { evaluate } from "./commands/eval.js";
@@ -25,6 +26,7 @@ const commands: Record<string, Command> = {
   generate,
   chat,
   serve,
+  bench,
   inspect,
   synth,
   trace: traceCommand,

@@ -1,7 +1,7 @@
 // Opening any model file — a plain GGUF model or a neuron pack — with its decoder. This is the
 // one place where load options are checked and their defaults chosen; the library (loadModel)
 // and the CLI both come through here.
-import { readGGUF, type GGUFFile } from "../gguf/reader.js";
+import { GGUFError, readGGUF, type GGUFFile } from "../gguf/reader.js";
 import { readConfig, type ModelConfig } from "../model/config.js";
 import { vocabFromGGUF } from "../model/vocab.js";
 import { bindWeights } from "../model/weights.js";
@@ -82,6 +82,16 @@ export function resolveDecoder(path: string, pack: boolean, o: OpenOptions): Dec
   return kind;
 }
 
+/** The file's tokenizer; a vocabulary the tokenizer refuses is reported against the file. */
+function tokenizerOf(file: GGUFFile): Tokenizer {
+  try {
+    return createTokenizer(vocabFromGGUF(file));
+  } catch (e) {
+    if (e instanceof GGUFError) throw e;
+    throw new GGUFError(file.path, (e as Error).message);
+  }
+}
+
 /** Open a plain GGUF model or a neuron pack with the decoder the options ask for. */
 export async function openModelFile(path: string, o: OpenOptions = {}): Promise<OpenedModel> {
   o.signal?.throwIfAborted();
@@ -91,7 +101,7 @@ export async function openModelFile(path: string, o: OpenOptions = {}): Promise<
   let kind = resolveDecoder(path, pack, o);
   if (!pack) {
     const config = readConfig(file);
-    const tokenizer = createTokenizer(vocabFromGGUF(file));
+    const tokenizer = tokenizerOf(file);
     o.signal?.throwIfAborted();
     const mapped = native().mapFile(path);
     try {
@@ -104,7 +114,7 @@ export async function openModelFile(path: string, o: OpenOptions = {}): Promise<
   }
   const p = openPack(path);
   const cfg = p.config;
-  const tokenizer = createTokenizer(vocabFromGGUF(p.file));
+  const tokenizer = tokenizerOf(p.file);
   if (kind === "mmap") return { path, file: p.file, config: cfg, tokenizer, decoder: new MmapDecoder(p) };
   let budget = o.memory === undefined ? Number.MAX_SAFE_INTEGER : typeof o.memory === "number" ? o.memory : parseBytes(o.memory);
   // the plan's knobs where the options leave them open (explicit ones override it)

@@ -105,6 +105,46 @@ describe("neuronpipe CLI", () => {
     }
   });
 
+  it("bench prints llama-bench's table (ppN, tgN, mean ± sd) and JSON whose averages are the samples' mean and sd", async () => {
+    const p = join(dir, "g.gguf");
+    const j = JSON.parse((await cli("bench", "-m", p, "-p", "16", "-n", "8", "-r", "3", "--json")).out);
+    expect(j.map((r: { test: string }) => r.test)).toEqual(["pp16", "tg8"]);
+    for (const r of j) {
+      expect(r.samples_ts).toHaveLength(3);
+      const mean = r.samples_ts.reduce((a: number, b: number) => a + b, 0) / 3;
+      const sd = Math.sqrt(r.samples_ts.reduce((a: number, b: number) => a + (b - mean) ** 2, 0) / 2);
+      expect(r.avg_ts).toBeCloseTo(mean, 6);
+      expect(r.stddev_ts).toBeCloseTo(sd, 6);
+      expect(r.avg_ts).toBeGreaterThan(0);
+    }
+    expect([j[0].n_prompt, j[0].n_gen, j[1].n_prompt, j[1].n_gen]).toEqual([16, 0, 0, 8]);
+    const md = (await cli("bench", "-m", p, "-p", "16", "-n", "8", "-r", "2")).out.split("\n");
+    expect(md[0]).toMatch(/^\| model +\| +size \| params \| decoder \| threads \| +test \| +t\/s \|$/);
+    expect(md[2]).toMatch(/\| +pp16 \| +[\d.]+ ± [\d.]+ \|$/);
+    expect(md[3]).toMatch(/\| +tg8 \| +[\d.]+ ± [\d.]+ \|$/);
+    // a prompt longer than the context is cut, and the test's name says so
+    expect((await cli("bench", "-m", p, "-p", "5000", "-n", "0", "-r", "1", "--json")).out).toMatch(/"test": "pp\d+ \(of 5000: context \d+\)"/);
+  });
+
+  it("commands refuse to overwrite an existing file without --force", async () => {
+    const p = join(dir, "ow.gguf");
+    expect((await cli("synth", "--out", p, "--shape", "tiny", "--type", "q8_0", "--tokenizer", "bytes")).code).toBe(0);
+    const before = readFileSync(p);
+    const again = await cli("synth", "--out", p, "--shape", "tiny", "--type", "q4_0", "--tokenizer", "bytes");
+    expect(again.code).toBe(2);
+    expect(again.err).toMatch(/ow\.gguf exists: --force overwrites it, --out PATH writes elsewhere/);
+    expect(readFileSync(p).equals(before)).toBe(true);
+    expect((await cli("synth", "--out", p, "--shape", "tiny", "--type", "q4_0", "--tokenizer", "bytes", "--force")).code).toBe(0);
+    expect(readFileSync(p).equals(before)).toBe(false);
+    expect((await cli("quantize", p, p + ".q8", "--type", "q8_0")).code).toBe(0);
+    expect((await cli("quantize", p, p + ".q8", "--type", "q8_0")).err).toMatch(/exists: --force overwrites it/);
+    // the shipped profile is named as such, before any work is done
+    const shipped = await cli("profile");
+    expect(shipped.code).toBe(2);
+    expect(shipped.err).toMatch(/neuronpipe-default\.gguf\.profile\.gguf exists and ships with neuronpipe/);
+    expect((await cli("train-predictor")).err).toMatch(/neuronpipe-default\.gguf\.predictor\.gguf exists and ships with neuronpipe/);
+  });
+
   it("quantize re-encodes an f32 model into the bytes synth writes for that type directly", async () => {
     const shape = ["--embd", "64", "--ff", "96", "--layers", "1", "--heads", "2"];
     const f32 = join(dir, "q-f32.gguf");

@@ -2,15 +2,16 @@
 import { weightTypeIds } from "../../tools/synth/synth.js";
 import { convertTrainerExport } from "../../tools/convert/from-trainer.js";
 import { formatBytes } from "../../util/bytes.js";
-import { UsageError, type Command } from "../command.js";
+import { checkOverwrite, forceHelp, forceOption, UsageError, type Command } from "../command.js";
 import { progressBar } from "../progress.js";
 
 export const convert: Command = {
   summary: "write a GGUF from the trainer's export (tools/train/out)",
   usage: "neuronpipe convert DIR --out PATH [--arch smallthinker|llama] [--type f32]",
-  options: { out: { type: "string", short: "o" }, arch: { type: "string" }, type: { type: "string" }, help: { type: "boolean", short: "h" } },
+  options: { out: { type: "string", short: "o" }, ...forceOption, arch: { type: "string" }, type: { type: "string" }, help: { type: "boolean", short: "h" } },
   help: {
     out: "output GGUF path",
+    ...forceHelp,
     arch: "smallthinker (default: one-expert ReGLU that llama.cpp also runs) or llama (+ neuronpipe.ffn_activation)",
     type: "weight type: f32 (default), f16, q8_0, q4_0",
   },
@@ -18,6 +19,7 @@ export const convert: Command = {
     const dir = pos[0];
     const out = v.out as string | undefined;
     if (!dir || !out) throw new UsageError("convert needs the export directory and --out PATH");
+    checkOverwrite(out, v);
     const arch = (v.arch as string | undefined) ?? "smallthinker";
     if (arch !== "smallthinker" && arch !== "llama") throw new UsageError("--arch must be smallthinker or llama");
     const t = weightTypeIds[((v.type as string | undefined) ?? "f32").toLowerCase()];

@@ -6,7 +6,7 @@ import { weightTypeIds } from "../../tools/synth/synth.js";
 import { openPack } from "../../sparse/pack/open.js";
 import { writePack } from "../../sparse/pack/write.js";
 import { formatBytes } from "../../util/bytes.js";
-import { UsageError, type Command } from "../command.js";
+import { checkOverwrite, forceHelp, forceOption, UsageError, type Command } from "../command.js";
 import { defaultModelPath } from "../model-flags.js";
 import { progressBar } from "../progress.js";
 
@@ -20,6 +20,7 @@ export const pack: Command = {
     "no-predictor": { type: "boolean" },
     "down-type": { type: "string" },
     out: { type: "string", short: "o" },
+    ...forceOption,
     json: { type: "boolean" },
     help: { type: "boolean", short: "h" },
   },
@@ -30,6 +31,7 @@ export const pack: Command = {
     predictor: "predictor file (default: MODEL.predictor.gguf if it exists, written by `neuronpipe train-predictor`)",
     "no-predictor": "pack without a predictor",
     out: "output file (default: MODEL without .gguf + .pack.gguf)",
+    ...forceHelp,
     json: "print the summary as JSON",
   },
   async run(v) {
@@ -52,6 +54,7 @@ export const pack: Command = {
     if (resolve(out) === resolve(model) || (existsSync(out) && realpathSync(out) === realpathSync(model))) {
       throw new UsageError(`--out ${out} is the input model; choose another output path`);
     }
+    checkOverwrite(out, v);
     if (note && !v.json) process.stderr.write(`packing ${note}\n`);
     const t0 = performance.now();
     const dt = ((v["down-type"] as string | undefined) ?? "same").toLowerCase();

@@ -2,7 +2,8 @@
 import { profileActivations } from "../../tools/profile.js";
 import { writeProfile } from "../../sparse/profile-file.js";
 import { modelFingerprint } from "../../sparse/pack/fingerprint.js";
-import { num, type Command } from "../command.js";
+import { checkOverwrite, forceHelp, forceOption, num, type Command } from "../command.js";
+import { defaultModelPath } from "../model-flags.js";
 import { reluModelAndCorpus } from "../corpus.js";
 import { progressBar } from "../progress.js";
 
@@ -15,6 +16,7 @@ export const profile: Command = {
     ctx: { type: "string" },
     "max-tokens": { type: "string", short: "n" },
     out: { type: "string", short: "o" },
+    ...forceOption,
     threads: { type: "string" },
     json: { type: "boolean" },
     help: { type: "boolean", short: "h" },
@@ -24,12 +26,14 @@ export const profile: Command = {
     corpus: "text file or directory of text files (default: the bundled held-out text, models/heldout.txt)",
     ctx: "window length in tokens; each window is a fresh context (default 256)",
     "max-tokens": "profile at most N tokens (default: all)",
-    out: "output file (default: MODEL.profile.gguf next to the model)",
+    out: "output file (default: MODEL.profile.gguf next to the model, e.g. models/neuronpipe-default.gguf.profile.gguf)",
+    ...forceHelp,
     threads: "compute threads",
     json: "print the per-layer summary as JSON",
   },
   async run(v) {
     const ctx = num(v.ctx, "ctx", { int: true, min: 2 }) ?? 256;
+    checkOverwrite((v.out as string | undefined) ?? `${(v.model as string | undefined) ?? defaultModelPath()}.profile.gguf`, v);
     const { model, path, corpus, tokens } = await reluModelAndCorpus(v, 1);
     const out = (v.out as string | undefined) ?? `${path}.profile.gguf`;
     try {

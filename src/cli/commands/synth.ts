@@ -1,7 +1,7 @@
 // neuronpipe synth: a random-weight GGUF model of a named shape or explicit dimensions (planted sparsity on request).
 import { synthModel, synthShapes, type SynthShape } from "../../tools/synth/synth.js";
 import { formatBytes } from "../../util/bytes.js";
-import { num, UsageError, type Command } from "../command.js";
+import { checkOverwrite, forceHelp, forceOption, num, UsageError, type Command } from "../command.js";
 import { progressBar } from "../progress.js";
 
 export const synth: Command = {
@@ -9,6 +9,7 @@ export const synth: Command = {
   usage: "neuronpipe synth --out PATH [--shape NAME | --embd N --ff N --layers N --heads N --kv-heads N --vocab-from llama2] [--type q4_0] [--activation swiglu] [--seed S]",
   options: {
     out: { type: "string", short: "o" },
+    ...forceOption,
     shape: { type: "string" },
     embd: { type: "string" },
     ff: { type: "string" },
@@ -29,6 +30,7 @@ export const synth: Command = {
   },
   help: {
     out: "output GGUF path (required)",
+    ...forceHelp,
     "gate-rank": "with --active-fraction: gate rows = rank-R structure + 5% noise, so activations are predictable from x as in trained models (default 0: independent random rows)",
     "active-fraction": "plant ReLU sparsity (reglu/drelu): mean share of FFN neurons firing per token, e.g. 0.1",
     "hot-neurons": "with --active-fraction: share of neurons that give --hot-share of activations (default 0.2)",
@@ -49,6 +51,7 @@ export const synth: Command = {
   async run(v) {
     const out = v.out as string | undefined;
     if (!out) throw new UsageError("synth needs --out PATH");
+    checkOverwrite(out, v);
     const shapeName = (v.shape as string | undefined) ?? "tiny";
     const base = synthShapes[shapeName];
     if (!base) throw new UsageError(`unknown shape "${shapeName}" (known: ${Object.keys(synthShapes).join(", ")})`);

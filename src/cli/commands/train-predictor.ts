@@ -2,7 +2,8 @@
 import { formatReport, trainPredictors } from "../../tools/train-predictor.js";
 import { writePredictors } from "../../sparse/predictor-file.js";
 import { modelFingerprint } from "../../sparse/pack/fingerprint.js";
-import { num, type Command } from "../command.js";
+import { checkOverwrite, forceHelp, forceOption, num, type Command } from "../command.js";
+import { defaultModelPath } from "../model-flags.js";
 import { reluModelAndCorpus } from "../corpus.js";
 import { progressBar } from "../progress.js";
 
@@ -13,6 +14,7 @@ export const trainPredictor: Command = {
     model: { type: "string", short: "m" },
     corpus: { type: "string", short: "c" },
     out: { type: "string", short: "o" },
+    ...forceOption,
     form: { type: "string" },
     "max-rank": { type: "string" },
     "size-budget": { type: "string" },
@@ -30,7 +32,8 @@ export const trainPredictor: Command = {
   help: {
     model: "GGUF model (default: the default model)",
     corpus: "text file or directory (default: the bundled held-out text); the first --train-fraction trains, the rest evaluates",
-    out: "output file (default: MODEL.predictor.gguf next to the model)",
+    out: "output file (default: MODEL.predictor.gguf next to the model, e.g. models/neuronpipe-default.gguf.predictor.gguf)",
+    ...forceHelp,
     form: "linear (default): fc2·fc1·x̂ estimates the gate pre-activations through a low-rank bottleneck, per-neuron margins, fitted in closed form; mlp: PowerInfer's fc2·relu(fc1·x), trained with Adam",
     "max-rank": "linear: the largest rank tried, a multiple of 32 (default min(256, n_embd)); each layer takes the rank that reads the fewest bytes per token",
     "size-budget": "linear: a layer's predictor bytes ≤ this share of its FFN bytes (default 0.15); mlp: of its FFN parameters (default 0.1)",
@@ -49,6 +52,7 @@ export const trainPredictor: Command = {
     const targetRecall = num(v["target-recall"], "target-recall", { min: 0 });
     const trainFraction = num(v["train-fraction"], "train-fraction", { min: 0 });
     const seed = num(v.seed, "seed", { int: true });
+    checkOverwrite((v.out as string | undefined) ?? `${(v.model as string | undefined) ?? defaultModelPath()}.predictor.gguf`, v);
     const { model, path, corpus, tokens } = await reluModelAndCorpus(v, 2);
     const out = (v.out as string | undefined) ?? `${path}.predictor.gguf`;
     try {
