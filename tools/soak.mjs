@@ -5,7 +5,7 @@
 // The context is the model's 256 tokens, so the run is many generations, each from a reset.
 // Writes bench/results/soak.json and docs/img/soak-rss.svg.
 //
-//   node tools/soak.mjs [--tokens 10000] [--memory 26MiB] [--decoder pipeline] [--warmup 1000]
+//   node tools/soak.mjs [--tokens 10000] [--memory 26MiB] [--decoder pipeline] [--warmup 3000]
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -18,7 +18,7 @@ const { values: v } = parseArgs({
     tokens: { type: "string", default: "10000" },
     memory: { type: "string", default: "26MiB" },
     decoder: { type: "string", default: "pipeline" },
-    warmup: { type: "string", default: "1000" },
+    warmup: { type: "string", default: "3000" },
     out: { type: "string", default: join(root, "bench", "results", "soak.json") },
   },
 });

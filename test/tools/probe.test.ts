@@ -82,7 +82,7 @@ describe("neuronpipe probe", () => {
     expect(second.err).toBe(""); // nothing measured, no bar
     const again = await cli(["probe", "--refresh"], { NEURONPIPE_PROGRESS: "1" });
     expect(again.code).toBe(0);
-    expect(again.err).toMatch(/probing \[#+\] 100%/);
+    expect(again.err).toMatch(/probing \[=+\] 100% \| \d+\/\d+ \| [\d.]+\/s \| ETA /);
     expect(again.out).toMatch(/measured now/);
   }, 180_000);
 
