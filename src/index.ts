@@ -41,3 +41,7 @@ export { profileActivations } from "./tools/profile.js";
 export { readProfile, writeProfile } from "./sparse/profile-file.js";
 export { trainPredictors } from "./tools/train-predictor.js";
 export { readPredictors, writePredictors } from "./sparse/predictor-file.js";
+// the offline planner: plans, their files, and the machine they were made for
+export { type ExecutionPlan, type PlanKnobs } from "./plan/planner.js";
+export { readPlanFile, writePlanFile } from "./plan/plan-file.js";
+export type { MachineBounds } from "./plan/machine.js";

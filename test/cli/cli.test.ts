@@ -86,6 +86,17 @@ describe("neuronpipe CLI", () => {
     expect([zero.tokens, zero.stats.generatedTokens]).toEqual([[], 0]);
   });
 
+  it("generate -i is the chat (llama.cpp's interactive flag): the same replies as `chat` for piped messages", async () => {
+    const p = join(dir, "g.gguf");
+    const stdin = () => Readable.from([Buffer.from("Hello\nMore\n/exit\n")]) as unknown as NodeJS.ReadStream;
+    const a = await runCli(["generate", "-i", "-m", p, "-n", "6", "--temp", "0"], {}, { stdin: stdin() });
+    const b = await runCli(["chat", "-m", p, "-n", "6", "--temp", "0"], {}, { stdin: stdin() });
+    expect(a.code).toBe(0);
+    expect(a.out).toBe(b.out);
+    expect(a.out.split("> ").length).toBeGreaterThanOrEqual(3);
+    expect((await cli("generate", "-i", "-p", "x")).err).toMatch(/-i \(interactive\) reads the messages from the terminal/);
+  });
+
   it("a command-line mistake prints one line and a hint, not the whole help", async () => {
     const cases: [string[], RegExp][] = [
       [["generate", "--frob"], /^neuronpipe generate: unknown option --frob$/],

@@ -107,3 +107,57 @@ describe("messages that quote the file", () => {
     expect(e.message).not.toMatch(/[\u0000-\u001f\u007f]/);
   });
 });
+
+describe("more regressions from the issue-17 report", () => {
+  it("a tensor whose data offset is not aligned is refused naming the tensor and the offset", async () => {
+    const p = await model(() => {});
+    const f = readGGUF(p);
+    const t = f.tensors[1]!;
+    // the tensor directory entry ends with the u64 relative offset: find it after the name
+    const bytes = readFileSync(p);
+    const at = bytes.indexOf(Buffer.from(t.name), 0) + Buffer.byteLength(t.name) + 4 + 8 * t.ne.length + 4;
+    expect(Number(bytes.readBigUInt64LE(at))).toBe(t.relOffset);
+    bytes.writeBigUInt64LE(BigInt(t.relOffset + 4), at);
+    writeFileSync(p, bytes);
+    await expect(loadModel(p)).rejects.toThrow(new RegExp(`tensor ${t.name.replace(/\./g, "\\.")}: data offset ${t.relOffset + 4} not aligned to 32`));
+  });
+
+  it("a pack that is missing or truncated is reported as such, not as a plain model", async () => {
+    await expect(loadModel(join(dir, "none.pack.gguf"), { memory: "20MiB" })).rejects.toThrow(/none\.pack\.gguf: cannot open: ENOENT/);
+    const src = await model(() => {});
+    const cut = join(dir, "cut.pack.gguf");
+    writeFileSync(cut, readFileSync(src).subarray(0, 200_000));
+    const e = (await loadModel(cut, { memory: "20MiB" }).catch((err: Error) => err)) as Error;
+    expect(e.message).toMatch(/cut\.pack\.gguf: .*(lies outside the file|truncated)/);
+    expect(e.message).not.toMatch(/plain model/);
+  });
+
+  it("evaluate(), reset() and a second generate() during a generation fail with a clear message and leave it intact", async () => {
+    const p = await model(() => {});
+    const m = await loadModel(p);
+    const s = m.createSession({ contextSize: 64 });
+    const ref = m.createSession({ contextSize: 64 });
+    const ids: number[] = [];
+    for await (const x of ref.generate("Hello", { maxTokens: 6, temperature: 0 })) ids.push(x.token);
+    ref.dispose();
+    const got: number[] = [];
+    for await (const x of s.generate("Hello", { maxTokens: 6, temperature: 0 })) {
+      got.push(x.token);
+      if (got.length === 2) {
+        expect(() => s.evaluate([1, 2])).toThrow(/session is generating: evaluate\(\) would corrupt it/);
+        expect(() => s.reset()).toThrow(/session is generating: changing its context would corrupt it/);
+        await expect(s.generate("x").next()).rejects.toThrow(/session is already generating/);
+      }
+    }
+    expect(got).toEqual(ids);
+    m.dispose();
+  });
+
+  it("--trace to a path that cannot be written fails before generating, naming the path", async () => {
+    const { runCli } = await import("../helpers/cli.js");
+    const r = await runCli(["generate", "-m", await model(() => {}), "-p", "Hi", "-n", "4", "--trace", join(dir, "no", "such", "dir", "t.jsonl")]);
+    expect(r.code).toBe(1);
+    expect(r.err).toMatch(/no\/such\/dir\/t\.jsonl/);
+    expect(r.out).toBe(""); // nothing generated
+  });
+});

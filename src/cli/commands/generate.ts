@@ -5,6 +5,7 @@ import { startInspector } from "../../inspect/server.js";
 import { native } from "../../native.js";
 import { formatBytes } from "../../util/bytes.js";
 import { MAX_THREADS, num, oneOf, readPrompt, UsageError, type Command } from "../command.js";
+import { chat } from "./chat.js";
 import { defaultModelPath, modelFlags, modelFlagsHelp, openFromFlags, sparseSummary } from "../model-flags.js";
 
 export const generate: Command = {
@@ -28,6 +29,7 @@ export const generate: Command = {
     "ctx-size": { type: "string" },
     ...modelFlags,
     inspect: { type: "string" },
+    interactive: { type: "boolean", short: "i" },
     json: { type: "boolean" },
     help: { type: "boolean", short: "h" },
   },
@@ -50,9 +52,20 @@ export const generate: Command = {
     "ctx-size": "the same as --ctx",
     inspect:
       "serve the live inspector page on 127.0.0.1:PORT (default 4000): every actor, its state, the token and layer, queue depths, the last events; generation starts once a page is open, and the page stays served until Ctrl-C",
+    interactive: "a conversation in the terminal instead (as llama.cpp's -i): the same as `neuronpipe chat` with these flags",
     json: "print one JSON object (token ids, text, timings) instead of streaming text",
   },
-  async run(v, _positionals, io) {
+  async run(v, positionals, io) {
+    if (v.interactive) {
+      // llama.cpp's -i: the chat command takes the model, sampling and context flags as they are
+      if (v.prompt !== undefined || v.file !== undefined || v.json || v.inspect !== undefined || v.stop !== undefined) {
+        throw new UsageError("-i (interactive) reads the messages from the terminal: drop --prompt, --file, --stop, --json and --inspect");
+      }
+      const { interactive: _i, "ctx-size": _c, ...rest } = v;
+      void _i;
+      void _c;
+      return chat.run({ ...rest, ctx: oneOf(v, "ctx", "ctx-size") }, positionals, io);
+    }
     // read every option before any work, so a typo fails fast
     const threads = num(v.threads, "threads", { int: true, min: 1, max: MAX_THREADS });
     const contextSize = num(oneOf(v, "ctx", "ctx-size"), "ctx", { int: true, min: 1 });
