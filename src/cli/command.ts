@@ -52,7 +52,7 @@ async function readAll(stream: NodeJS.ReadableStream): Promise<string> {
 
 /**
  * The prompt of a command that takes one, as llama.cpp: `--prompt TEXT`, `--prompt -` (stdin),
- * `--file PATH` (`-` = stdin), else stdin when it is a pipe or a file, else `fallback`.
+ * `--file PATH` (`-` = stdin), else stdin when it is a pipe, a socket or a file, else `fallback`.
  */
 export async function readPrompt(v: Values, io: CommandIO, fallback = "The sea"): Promise<string> {
   if (v.prompt !== undefined && v.file !== undefined) throw new UsageError("--prompt and --file both give the prompt: give one of them");
@@ -70,7 +70,7 @@ export async function readPrompt(v: Values, io: CommandIO, fallback = "The sea")
     let piped = false;
     try {
       const st = fstatSync(0);
-      piped = st.isFIFO() || st.isFile();
+      piped = st.isFIFO() || st.isFile() || st.isSocket(); // a shell pipe is a FIFO; a spawned child's, a socket
     } catch {
       piped = false;
     }

@@ -106,6 +106,34 @@ describe("messages that quote the file", () => {
     // eslint-disable-next-line no-control-regex
     expect(e.message).not.toMatch(/[\u0000-\u001f\u007f]/);
   });
+
+  // The issue's 36 MB message: a key whose length field claims more than the file holds was read
+  // and quoted whole. Now the length is checked against its limit before any byte is read.
+  it("a key whose length field claims 36,000,000 bytes: refused naming the key's index and the limit", async () => {
+    const p = await model(() => {});
+    const bytes = readFileSync(p);
+    const key = "llama.context_length";
+    const at = bytes.indexOf(Buffer.from(key)) - 8; // the u64 length before the key's bytes
+    expect(Number(bytes.readBigUInt64LE(at))).toBe(key.length);
+    bytes.writeBigUInt64LE(36_000_000n, at);
+    writeFileSync(p, bytes);
+    const e = (await loadModel(p).catch((err: Error) => err)) as Error;
+    expect(e.message).toMatch(/length of metadata key #\d+ is 36000000, more than the limit 65535 \(at byte \d+\)$/);
+    expect(e.message.startsWith(p)).toBe(true);
+    expect(e.message.length).toBeLessThanOrEqual(500);
+  });
+
+  it("a tensor name longer than ggml's 63 bytes: refused naming the tensor's index and the limit", async () => {
+    const p = await model(() => {});
+    const bytes = readFileSync(p);
+    const name = readGGUF(p).tensors[1]!.name;
+    // the tensor directory: u64 length, then the name (the first occurrence past the metadata)
+    const at = bytes.indexOf(Buffer.from(name), 0) - 8;
+    expect(Number(bytes.readBigUInt64LE(at))).toBe(name.length);
+    bytes.writeBigUInt64LE(64n, at);
+    writeFileSync(p, bytes);
+    await expect(loadModel(p)).rejects.toThrow(/length of name of tensor #1 is 64, more than the limit 63 \(at byte \d+\)$/);
+  });
 });
 
 describe("more regressions from the issue-17 report", () => {

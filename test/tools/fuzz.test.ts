@@ -44,6 +44,9 @@ describe("fuzzer", () => {
     expect(judgeError(new TypeError("Cannot read properties of undefined (reading 'ne')"))).toMatchObject({ result: "defect", defect: "internal-error" });
     expect(judgeError(new Error("x".repeat(600)))).toMatchObject({ result: "defect", defect: "long-message" });
     expect(judgeError(new Error("bad key \u0001"))).toMatchObject({ result: "defect", defect: "control-characters" });
+    // a message is one line: a tab or a newline quoted from the file is a defect too
+    expect(judgeError(new Error("bad key a\nb"))).toMatchObject({ result: "defect", defect: "control-characters" });
+    expect(judgeError(new Error("bad key a\tb"))).toMatchObject({ result: "defect", defect: "control-characters" });
   });
 
   it("a bounded run: 4 model seeds × 150 and the pack × 100 mutants, no crash, hang, non-finite logits or bad message", async () => {

@@ -40,6 +40,7 @@ export const serve: Command = {
     const model = await openFromFlags(path, v, { threads, contextSize });
     try {
       if (model.sparse && parallel !== undefined && parallel > 1) throw new UsageError(`--parallel: the memory plan of a neuron pack holds one session; give 1, got ${parallel}`);
+      process.stderr.write(model.decoder.describe() + "\n");
       if (model.sparse) process.stderr.write(model.sparse.describe() + "\n");
       const server = await startServer(model, { host: v.host as string | undefined, port, parallel, queueLimit, contextSize, modelName: v.alias as string | undefined });
       process.stderr.write(`neuronpipe serve: ${path} at ${server.url} (OpenAI API under ${server.url}/v1; /health, /metrics) — Ctrl-C stops\n`);

@@ -17,7 +17,7 @@ export function judgeError(e: unknown): Outcome {
   const message = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
   if (message.length > 500) return { result: "defect", defect: "long-message", message: message.slice(0, 300) };
   // eslint-disable-next-line no-control-regex
-  if (/[\u0000-\u0008\u000b-\u001f\u007f]/.test(message)) return { result: "defect", defect: "control-characters", message: JSON.stringify(message.slice(0, 300)) };
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(message)) return { result: "defect", defect: "control-characters", message: JSON.stringify(message.slice(0, 300)) };
   if (!(e instanceof Error) || INTERNAL.test(message) || e.name === "TypeError") return { result: "defect", defect: "internal-error", message: `${message}\n${e instanceof Error ? (e.stack ?? "").split("\n").slice(1, 4).join("\n") : ""}` };
   return { result: "refused", message };
 }
