@@ -16,7 +16,8 @@
 //      (bench/sparse.js --only llama-norepack-limited) — docs/img/speed-vs-memory-7b.svg
 //
 //   node bench/planner.js [--dir /work/models7b] [--tokens 128] [--tokens-7b 12] [--no-llama]
-//                         [--lock FILE] [--out bench/results/planner.json]
+//                         [--parts default,7b,7b-grid,fig9] [--lock FILE] [--out bench/results/planner.json]
+// (--parts: the default model's steps 1-4, the 7B's fractions, its grid, Fig. 9; all by default)
 // Decode speed = tokens/s of sampled generations (seeded; greedy decoding of the small model
 // falls into loops that read nothing), median of 5 after a warm-up (the 7B: of 2), one model at a
 // time.
@@ -34,6 +35,7 @@ const { values: v } = parseArgs({
     tokens: { type: "string", default: "128" },
     "tokens-7b": { type: "string", default: "12" },
     "no-llama": { type: "boolean" },
+    parts: { type: "string", default: "default,7b,7b-grid,fig9" },
     lock: { type: "string" },
     out: { type: "string", default: join(rootDir, "bench", "results", "planner.json") },
   },
@@ -121,15 +123,16 @@ function fractionBudget(path, f, ctx) {
   return f >= 1 ? undefined : np.budgetForFfnFraction(pack, f, np.planOptions(pack.config, { contextSize: ctx }));
 }
 
+const parts = new Set(v.parts.split(","));
 const results = { date: new Date().toISOString(), machine: machineForPlan(join(rootDir, "models", "neuronpipe-default.gguf")), defaultModel: {}, sevenB: undefined };
 
 // ---- the default model ---------------------------------------------------------------------
 const packPath = join(rootDir, "models", "neuronpipe-default.pack.gguf");
-if (!existsSync(packPath)) {
+if (parts.has("default") && !existsSync(packPath)) {
   const r = spawnSync(process.execPath, [join(rootDir, "bin", "neuronpipe.js"), "pack"], { stdio: "inherit" });
   if (r.status !== 0) throw new Error("neuronpipe pack failed");
 }
-{
+if (parts.has("default")) {
   const o = { tokens: Number(v.tokens), ctx: 256 };
   const out = results.defaultModel;
   out.fractions = [];
@@ -183,47 +186,51 @@ else {
   const model7 = join(v.dir, "llama2-7b-sparse-q4_0-seed1.gguf");
   const o = { tokens: Number(v["tokens-7b"]), ctx: 512, reps: 2, warmup: 4 };
   const out = (results.sevenB = { pack: pack7, fractions: [], fig9: [] });
-  for (const f of [0.25, 0.5, 0.75, 1]) {
+  for (const f of parts.has("7b") ? [0.25, 0.5, 0.75, 1] : []) {
     const budget = fractionBudget(pack7, f, o.ctx);
     const r = await measure(pack7, { memory: budget }, o);
     out.fractions.push({ ffn: f, budget: budget ?? null, ...r, error: r.predicted / r.tokPerSec - 1 });
-    log(`7B, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(2)} tok/s, predicted ${r.predicted.toFixed(2)} (${((100 * (r.predicted - r.tokPerSec)) / r.tokPerSec).toFixed(0)}%), ${JSON.stringify(r.knobs)}`);
+    log(`7B, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(2)} tok/s, predicted ${r.predicted.toFixed(2)} (${((100 * (r.predicted - r.tokPerSec)) / r.tokPerSec).toFixed(0)}%), reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
   }
-  log("7B, grid at 50% of the FFN:");
-  out.grid = await grid(pack7, fractionBudget(pack7, 0.5, o.ctx), o);
+  if (parts.has("7b-grid")) {
+    log("7B, grid at 50% of the FFN:");
+    out.grid = await grid(pack7, fractionBudget(pack7, 0.5, o.ctx), o);
+  }
   // Fig. 9: from the smallest workable budget to everything resident
   const pack = np.openPack(pack7);
   const inp = packPlannerInput(pack, { contextSize: o.ctx });
   const m = machineForPlan(pack7);
   const limits = { cores: np.native().getThreads(), contextSize: o.ctx };
-  out.predicted = planner.sweepPlans(inp, m, limits, 16).map((p) => ({ budget: p.memory.budget, tokPerSec: p.predicted.tokPerSec, decoder: p.knobs.decoder }));
-  const lo = planner.smallestBudget(inp, limits);
-  const hi = planner.wholeBudget(inp, limits);
-  for (let i = 0; i < 6; i++) {
-    const budget = Math.round(lo + ((hi - lo) * i) / 5);
-    const r = await measure(pack7, { memory: budget }, o);
-    const point = { budget, measured: r.tokPerSec, predicted: r.predicted, knobs: r.knobs };
-    if (!v["no-llama"]) {
-      // llama.cpp norepack in a memory cgroup of the same limit (+ node's own runtime, as bench/sparse.js)
-      const tmp = join(rootDir, "bench", "results", `.planner-llama-${i}.json`);
-      const args = [join(benchDir, "sparse.js"), "--dir", v.dir, "--only", "llama-norepack-limited", "--ffn", ffnOf(budget), "--limited-repeat", "1", "--limited-decode", "8", "--peer-timeout", "240", "--out", tmp, ...(v.lock ? ["--lock", v.lock] : [])];
-      const res = spawnSync(process.execPath, args, { stdio: ["ignore", "ignore", "inherit"] });
-      try {
-        const j = JSON.parse(readFileSync(tmp, "utf8"));
-        const run = j.results.find((x) => x.id === "llama-norepack-limited");
-        point.llama = run?.error ? null : (run?.decodeTokensPerSecond ?? null);
-        point.llamaLimit = run?.cgroup?.limit ?? null;
-        point.llamaLimited = run?.limited ?? null;
-      } catch (e) {
-        point.llama = null;
-        point.llamaError = `bench/sparse.js exited ${res.status}: ${e.message}`;
+  if (parts.has("fig9")) {
+    out.predicted = planner.sweepPlans(inp, m, limits, 16).map((p) => ({ budget: p.memory.budget, tokPerSec: p.predicted.tokPerSec, decoder: p.knobs.decoder }));
+    const lo = planner.smallestBudget(inp, limits);
+    const hi = planner.wholeBudget(inp, limits);
+    for (let i = 0; i < 6; i++) {
+      const budget = Math.round(lo + ((hi - lo) * i) / 5);
+      const r = await measure(pack7, { memory: budget }, o);
+      const point = { budget, measured: r.tokPerSec, predicted: r.predicted, knobs: r.knobs };
+      if (!v["no-llama"]) {
+        // llama.cpp norepack in a memory cgroup of the same limit (+ node's own runtime, as bench/sparse.js)
+        const tmp = join(rootDir, "bench", "results", `.planner-llama-${i}.json`);
+        const args = [join(benchDir, "sparse.js"), "--dir", v.dir, "--only", "llama-norepack-limited", "--ffn", ffnOf(budget), "--limited-repeat", "1", "--limited-decode", "8", "--peer-timeout", "240", "--out", tmp, ...(v.lock ? ["--lock", v.lock] : [])];
+        const res = spawnSync(process.execPath, args, { stdio: ["ignore", "ignore", "inherit"] });
+        try {
+          const j = JSON.parse(readFileSync(tmp, "utf8"));
+          const run = j.results.find((x) => x.id === "llama-norepack-limited");
+          point.llama = run?.error ? null : (run?.decodeTokensPerSecond ?? null);
+          point.llamaLimit = run?.cgroup?.limit ?? null;
+          point.llamaLimited = run?.limited ?? null;
+        } catch (e) {
+          point.llama = null;
+          point.llamaError = `bench/sparse.js exited ${res.status}: ${e.message}`;
+        }
       }
+      out.fig9.push(point);
+      log(`7B Fig. 9, ${(budget / 2 ** 30).toFixed(2)} GiB: measured ${r.tokPerSec.toFixed(2)} tok/s, predicted ${r.predicted.toFixed(2)}${point.llama !== undefined ? `, llama.cpp ${point.llama === null ? "—" : point.llama.toFixed(2)}` : ""}`);
     }
-    out.fig9.push(point);
-    log(`7B Fig. 9, ${(budget / 2 ** 30).toFixed(2)} GiB: measured ${r.tokPerSec.toFixed(2)} tok/s, predicted ${r.predicted.toFixed(2)}${point.llama !== undefined ? `, llama.cpp ${point.llama === null ? "—" : point.llama.toFixed(2)}` : ""}`);
+    writeFileSync(join(rootDir, "docs", "img", "speed-vs-memory-7b.svg"), fig9Svg(out, pack));
+    log("wrote docs/img/speed-vs-memory-7b.svg");
   }
-  writeFileSync(join(rootDir, "docs", "img", "speed-vs-memory-7b.svg"), fig9Svg(out, pack));
-  log("wrote docs/img/speed-vs-memory-7b.svg");
 
   /** The FFN share bench/sparse.js sizes its budget by, for a budget in bytes (its --ffn). */
   function ffnOf(budget) {
