@@ -17,7 +17,8 @@
 //
 //   node bench/planner.js [--dir /work/models7b] [--tokens 128] [--tokens-7b 12] [--no-llama]
 //                         [--parts default,7b,7b-grid,fig9] [--lock FILE] [--out bench/results/planner.json]
-// (--parts: the default model's steps 1-4, the 7B's fractions, its grid, Fig. 9; all by default)
+// (--parts: the default model's steps 1-4 — or its step 1 alone: default-fractions —, the 7B's
+// fractions, its grid, Fig. 9; all by default)
 // Decode speed = tokens/s of sampled generations (seeded; greedy decoding of the small model
 // falls into loops that read nothing), median of 5 after a warm-up (the 7B: of 2), one model at a
 // time.
@@ -128,11 +129,12 @@ const results = { date: new Date().toISOString(), machine: machineForPlan(join(r
 
 // ---- the default model ---------------------------------------------------------------------
 const packPath = join(rootDir, "models", "neuronpipe-default.pack.gguf");
-if (parts.has("default") && !existsSync(packPath)) {
+const defaultAll = parts.has("default");
+if ((defaultAll || parts.has("default-fractions")) && !existsSync(packPath)) {
   const r = spawnSync(process.execPath, [join(rootDir, "bin", "neuronpipe.js"), "pack"], { stdio: "inherit" });
   if (r.status !== 0) throw new Error("neuronpipe pack failed");
 }
-if (parts.has("default")) {
+if (defaultAll || parts.has("default-fractions")) {
   const o = { tokens: Number(v.tokens), ctx: 256 };
   const out = results.defaultModel;
   out.fractions = [];
@@ -140,8 +142,12 @@ if (parts.has("default")) {
     const budget = fractionBudget(packPath, f, o.ctx);
     const r = await measure(packPath, { memory: budget }, o);
     out.fractions.push({ ffn: f, budget: budget ?? null, ...r, error: r.predicted / r.tokPerSec - 1 });
-    log(`default model, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(1)} tok/s, predicted ${r.predicted.toFixed(1)} (${((100 * (r.predicted - r.tokPerSec)) / r.tokPerSec).toFixed(0)}%), ${JSON.stringify(r.knobs)}`);
+    log(`default model, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(1)} tok/s, predicted ${r.predicted.toFixed(1)} (${((100 * (r.predicted - r.tokPerSec)) / r.tokPerSec).toFixed(0)}%), reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
   }
+}
+if (defaultAll) {
+  const o = { tokens: Number(v.tokens), ctx: 256 };
+  const out = results.defaultModel;
   out.grid = [];
   for (const f of [0.25, 0.5]) {
     log(`default model, grid at ${100 * f}% of the FFN:`);

@@ -1,25 +1,36 @@
 // How many reads per token a neuron cache of a given shape will need, from the pack's profile.
 //
-// Each neuron i of each layer fires with probability p_i per token (its profiled firing count ÷
-// the profile's tokens) and is flagged by the predictor with probability q_i = min(1, r_l·p_i),
-// r_l the layer's flagged/fired ratio stored with the predictors (1 for the oracle, which computes
-// every gate: q_i = 1). A neuron is accessed
-// per token with probability a_i: q_i when slots hold whole bundles (the gate row is needed for
-// every flagged neuron), p_i when gate rows are pinned (only a firing neuron needs its up+down).
+// Each neuron i of layer l fires on a token with probability p_i (its profiled firing count ÷ the
+// profile's tokens), and the firings of one neuron persist from token to token: after a token it
+// fired on it fires again with probability p_i + ρ_l·(1 − p_i), after one it did not with
+// p_i·(1 − ρ_l) (a two-state chain whose stationary rate is p_i). ρ_l comes from the profile's
+// overlap of consecutive tokens' active sets (Jaccard J: Σp·(p + ρ(1 − p)) = 2J·Σp/(1 + J));
+// ρ = 0 is independent tokens. The predictor flags every neuron that fires (recall ≈ 1) and,
+// independently per token, some that do not (its false positives), so that neuron i is flagged
+// with probability q_i = min(1, r_l·p_i), r_l the layer's flagged/fired ratio stored with the
+// predictors (the oracle flags every neuron): on a token it does not fire it is flagged with
+// probability f_i = (q_i − p_i) ÷ (1 − p_i). (False positives spread evenly over the neurons
+// instead fit the 7B's window cache better and the default model's caches worse: docs/benchmarks.md.)
+// A neuron is accessed per token when it fires (gate rows pinned: only a firing neuron needs its
+// up+down) or when it is flagged (whole bundles: the gate row is needed for every flagged neuron).
 //
 //   hot region   the clusters with the most profiled firings, loaded at start and kept
-//   cold region  one LRU list of single neurons: Che's approximation (Che, Tung & Wang 2002) —
-//                the list holds a neuron while fewer than T distinct others were used since its
-//                last use; T solves Σ_i (1 − e^(−a_i·T)) = cold slots, and neuron i hits with
-//                probability 1 − e^(−a_i·T)
-//   window       (blocking, LLMFlash) also drops a neuron unused for w tokens: hit ≤ 1 − (1 − a_i)^w
+//   cold region  one LRU list of single neurons (Che's approximation, Che, Tung & Wang 2002, for
+//                tokens as the time unit): the list holds a neuron while it was used within the
+//                last T tokens; T solves Σ_i P(used in the last T tokens) = cold slots, and an
+//                access hits when the neuron was used within the T tokens before it
+//   window       (blocking, LLMFlash) also drops a neuron unused for w tokens: T is at most w
 //   demotion     (whole bundles, hot/cold cache) a flagged neuron that stays silent goes to the
 //                LRU's tail (NeuronCache.demoteSilent) and is the next evicted: what stays is
-//                what fired, so residency follows p_i (T from Σ (1 − e^(−p_i·T)) = cold slots)
-//                while every flagged access (q_i) that finds its neuron absent is a read
+//                what fired within T tokens, while every flagged access that finds its neuron
+//                absent is a read of its gate block (and of its up+down if it then fires)
 //
-// Neurons are taken in buckets of similar a_i (log-spaced), so evaluating one cache shape costs
-// a pass over the clusters and a bisection over ~200 buckets, not over every neuron.
+// With a chain, P(no firing in T tokens) = (1 − p)·(1 − b)^(T − 1), b = p·(1 − ρ); an access
+// after T silent tokens happens with probability b (firing) or b + (1 − b)·f (flagged). Neurons
+// are taken in buckets of similar p (log-spaced, per layer), so evaluating one cache shape costs
+// a pass over the clusters and a bisection over the buckets, not over every neuron. Measured
+// against WindowCache's own policy and the decoders on the 7B and the default model:
+// docs/benchmarks.md, "why the 7B's predictions miss".
 import type { Pack } from "../sparse/pack/format.js";
 
 export interface ProfileRates {
@@ -29,6 +40,8 @@ export interface ProfileRates {
   fire: Float32Array;
   /** (nLayer) flagged/fired ratio of the layer's predictor (≥ 1). */
   flagRatio: Float32Array;
+  /** (nLayer) persistence ρ_l of a neuron's firing from one token to the next (0: independent tokens); absent: 0. */
+  persist?: Float32Array;
   /** Neurons fired per token, all layers (Σ p_i). */
   firedPerToken: number;
   /** Neurons flagged per token, all layers (Σ q_i; the oracle: every neuron). */
@@ -37,29 +50,38 @@ export interface ProfileRates {
   oracle: boolean;
 }
 
-/** The firing rates of a pack's profile and its predictors' flagged/fired ratios (`oracle`: every neuron's gate is computed, none is skipped). */
+/** The firing rates of a pack's profile, its predictors' flagged shares and the persistence of firings (`oracle`: every neuron's gate is computed, none is skipped). */
 export function profileRates(pack: Pack, oracle = false): ProfileRates {
   const { nLayer, nFF } = pack.config;
   const tokens = Math.max(1, pack.profileTokens);
   const fire = new Float32Array(nLayer * nFF);
   const flagRatio = new Float32Array(nLayer).fill(1);
+  const persist = new Float32Array(nLayer);
   const active = pack.file.metadata.get("neuronpipe.predictor.predicted_active")?.value as ArrayLike<number> | undefined;
   let fired = 0;
   let flagged = 0;
   for (let l = 0; l < nLayer; l++) {
     const c = pack.layers[l]!.counts;
     let f = 0;
-    for (let p = 0; p < nFF; p++) f += fire[l * nFF + p] = Math.min(1, c[p]! / tokens);
+    let f2 = 0;
+    for (let p = 0; p < nFF; p++) {
+      const x = (fire[l * nFF + p] = Math.min(1, c[p]! / tokens));
+      f += x;
+      f2 += x * x;
+    }
     // the predictor's held-out flagged share ÷ the profile's fired share (no stored share: 1.5,
     // the trainer's typical ratio at recall 0.998)
     const share = active && active.length === nLayer ? Number(active[l]) : NaN;
     const ratio = Number.isFinite(share) && f > 0 ? Math.max(1, (share * nFF) / f) : 1.5;
     flagRatio[l] = ratio;
+    // ρ from the overlap J of consecutive active sets: Σp·(p + ρ(1 − p)) = 2J·Σp/(1 + J)
+    const J = pack.profileOverlap?.[l];
+    if (J !== undefined && Number.isFinite(J) && f - f2 > 0) persist[l] = Math.min(0.95, Math.max(0, ((2 * J * f) / (1 + J) - f2) / (f - f2)));
     fired += f;
     if (oracle) flagged += nFF;
     else for (let p = 0; p < nFF; p++) flagged += Math.min(1, ratio * fire[l * nFF + p]!);
   }
-  return { nLayer, nFF, fire, flagRatio, firedPerToken: fired, flaggedPerToken: flagged, oracle };
+  return { nLayer, nFF, fire, flagRatio, persist, firedPerToken: fired, flaggedPerToken: flagged, oracle };
 }
 
 export interface CacheShape {
@@ -98,12 +120,12 @@ const bucketOf = (a: number) => Math.min(BUCKETS - 1, Math.max(0, Math.floor((Ma
 export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast {
   const { nLayer, nFF } = r;
   const N = nLayer * nFF;
-  const access = (l: number, i: number) => {
-    const p = r.fire[i]!;
-    return shape.gatesPinned ? p : r.oracle ? 1 : Math.min(1, r.flagRatio[l]! * p);
-  };
+  const rhoOf = Float64Array.from({ length: nLayer }, (_, l) => r.persist?.[l] ?? 0);
+  /** P(flagged | not firing) of a neuron firing at p in layer l (pinned gates: flags cost nothing, only firings are accesses). */
+  const falseFlag = (l: number, p: number) => (shape.gatesPinned ? 0 : r.oracle ? 1 : p < 1 ? (Math.min(1, r.flagRatio[l]! * p) - p) / (1 - p) : 0);
+  const access = (l: number, p: number) => p + falseFlag(l, p) * (1 - p);
   let accesses = 0;
-  for (let l = 0; l < nLayer; l++) for (let i = l * nFF; i < (l + 1) * nFF; i++) accesses += access(l, i);
+  for (let l = 0; l < nLayer; l++) for (let i = l * nFF; i < (l + 1) * nFF; i++) accesses += access(l, r.fire[i]!);
   const gateMisses = new Float64Array(nLayer);
   const upDownMisses = new Float64Array(nLayer);
   const bundleMisses = new Float64Array(nLayer);
@@ -124,33 +146,36 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     w.sort((a, b) => b.f - a.f || a.k - b.k);
     for (const { k } of w.slice(0, Math.floor(shape.hotSlots / C))) hot[k] = 1;
   }
-  // cold candidates in buckets of similar holding rate, per layer: the rate that keeps a neuron
-  // in the LRU (its accesses; with demotion, its firings) and the rate of its accesses
-  const demoted = !shape.gatesPinned && shape.window === undefined;
+  // cold candidates in buckets of similar firing rate, per layer
   const count = new Float64Array(nLayer * BUCKETS);
-  const rate = new Float64Array(nLayer * BUCKETS);
-  const accessRate = new Float64Array(nLayer * BUCKETS);
-  const fireRate = new Float64Array(nLayer * BUCKETS);
+  const fireSum = new Float64Array(nLayer * BUCKETS);
   for (let l = 0; l < nLayer; l++) {
     for (let p = 0; p < nFF; p++) {
       if (hot[l * perLayer + Math.floor(p / C)]) continue;
-      const a = access(l, l * nFF + p);
-      if (!(a > 0)) continue;
-      const h = demoted ? r.fire[l * nFF + p]! : a;
-      const b = l * BUCKETS + bucketOf(h);
+      const x = r.fire[l * nFF + p]!;
+      if (!(access(l, x) > 0)) continue;
+      const b = l * BUCKETS + bucketOf(x);
       count[b]! += 1;
-      rate[b]! += h;
-      accessRate[b]! += a;
-      fireRate[b]! += r.fire[l * nFF + p]!;
+      fireSum[b]! += x;
     }
   }
-  const cold = Math.max(0, shape.slots - shape.hotSlots);
+  // what decides residency: a neuron's accesses (pinned gates: its firings; LLMFlash's window: its
+  // flags), or with demotion its firings while its flags are what may miss
+  const holdsFlags = !shape.gatesPinned && shape.window !== undefined;
+  /** P(no access that keeps the neuron in T tokens), T ≥ 1: its firings (a chain) and, if flags keep it, its false positives. */
+  const silent = (p: number, l: number, T: number) => {
+    const b = p * (1 - rhoOf[l]!);
+    return (1 - p) * Math.pow(1 - b, T - 1) * (holdsFlags ? Math.pow(1 - falseFlag(l, p), T) : 1);
+  };
+  const occupancy = (p: number, l: number, T: number) => (T >= 1 ? 1 - silent(p, l, T) : T * (1 - silent(p, l, 1)));
+  const cap = shape.window ?? Infinity;
   const held = (T: number) => {
     let s = 0;
-    for (let b = 0; b < count.length; b++) if (count[b]) s += count[b]! * (1 - Math.exp((-rate[b]! / count[b]!) * T));
+    for (let b = 0; b < count.length; b++) if (count[b]) s += count[b]! * occupancy(fireSum[b]! / count[b]!, Math.floor(b / BUCKETS), Math.min(T, cap));
     return s;
   };
   let T = Infinity;
+  const cold = Math.max(0, shape.slots - shape.hotSlots);
   const candidates = count.reduce((a, b) => a + b, 0);
   if (cold < candidates) {
     let lo = 0;
@@ -163,23 +188,33 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     }
     T = lo;
   }
-  let misses = 0;
+  T = Math.min(T, cap);
   let accessMisses = 0;
   for (let b = 0; b < count.length; b++) {
     if (!count[b]) continue;
-    const a = rate[b]! / count[b]!;
-    let hit = T === Infinity ? 1 : 1 - Math.exp(-a * T);
-    if (shape.window !== undefined) hit = Math.min(hit, 1 - Math.pow(1 - Math.min(1, a), shape.window));
     const l = Math.floor(b / BUCKETS);
-    const m = accessRate[b]! * (1 - hit);
-    accessMisses += m;
-    if (shape.window !== undefined) bundleMisses[l]! += m;
-    else if (shape.gatesPinned) upDownMisses[l]! += m;
-    else {
-      gateMisses[l]! += m;
-      upDownMisses[l]! += fireRate[b]! * (1 - hit);
+    const p = fireSum[b]! / count[b]!;
+    const f = falseFlag(l, p);
+    const fireNext = p * (1 - rhoOf[l]!); // P(fire | the token before was silent)
+    const flagNext = fireNext + (1 - fireNext) * f;
+    // per neuron: accesses after T tokens that did not keep it (T < 1: a share T of a token's hits)
+    const missAfter = (x: number) => (T === Infinity ? 0 : T >= 1 ? silent(p, l, T) * x : 0);
+    const lerp = (x: number, a: number) => (T >= 1 || T === Infinity ? missAfter(x) : a - T * (a - silent(p, l, 1) * x));
+    const fireMiss = count[b]! * lerp(fireNext, p);
+    const flagMiss = count[b]! * lerp(flagNext, access(l, p));
+    if (shape.window !== undefined) {
+      bundleMisses[l]! += flagMiss;
+      accessMisses += flagMiss;
+    } else if (shape.gatesPinned) {
+      upDownMisses[l]! += fireMiss;
+      accessMisses += fireMiss;
+    } else {
+      gateMisses[l]! += flagMiss;
+      upDownMisses[l]! += fireMiss;
+      accessMisses += flagMiss;
     }
   }
+  let misses = 0;
   for (let l = 0; l < nLayer; l++) misses += gateMisses[l]! + upDownMisses[l]! + bundleMisses[l]!;
   return { missesPerToken: misses, gateMisses, upDownMisses, bundleMisses, accessesPerToken: accesses, hitRate: accesses > 0 ? 1 - accessMisses / accesses : 1 };
 }

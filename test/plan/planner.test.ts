@@ -114,6 +114,49 @@ describe("cache model", () => {
   });
 });
 
+describe("cache model: firings that persist from token to token", () => {
+  it("within 5% of a simulated LRU cache whose neurons fire as two-state chains (ρ 0.4), and fewer misses than independent tokens", () => {
+    // a neuron that fired fires again with p + ρ(1 − p), one that did not with p(1 − ρ): rate p
+    const n = 512;
+    const fire = Array.from({ length: n }, (_, i) => Math.min(0.9, 0.6 / Math.pow(i + 1, 0.7)));
+    const rho = 0.4;
+    const S = 96;
+    const r = { ...rates(fire), persist: Float32Array.of(rho) };
+    const model = forecastCache(r, { slots: S, hotSlots: 0, clusterSize: 8, gatesPinned: true });
+    const independent = forecastCache(rates(fire), { slots: S, hotSlots: 0, clusterSize: 8, gatesPinned: true });
+    let seed = 11;
+    const rnd = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+    const on = fire.map((p) => rnd() < p);
+    const lastUse = new Float64Array(n).fill(-1);
+    const resident = new Set<number>();
+    let misses = 0;
+    let fired = 0;
+    const T = 4000;
+    for (let t = 0; t < T; t++) {
+      for (let i = 0; i < n; i++) {
+        const p = fire[i]!;
+        on[i] = rnd() < (on[i] ? p + rho * (1 - p) : p * (1 - rho));
+        if (!on[i]) continue;
+        if (t >= 500) fired++;
+        if (!resident.has(i)) {
+          if (t >= 500) misses++;
+          if (resident.size >= S) {
+            let victim = -1;
+            for (const x of resident) if (victim < 0 || lastUse[x]! < lastUse[victim]!) victim = x;
+            resident.delete(victim);
+          }
+          resident.add(i);
+        }
+        lastUse[i] = t + i / n;
+      }
+    }
+    const simulated = misses / (T - 500);
+    expect(fired / (T - 500) / fire.reduce((a, b) => a + b, 0)).toBeCloseTo(1, 1); // the chain keeps rate p
+    expect(Math.abs(model.missesPerToken / simulated - 1)).toBeLessThan(0.05);
+    expect(model.missesPerToken).toBeLessThan(0.85 * independent.missesPerToken);
+  });
+});
+
 describe("time model", () => {
   it("everything resident: the hand computation from the test machine's rates", () => {
     const inp = input();

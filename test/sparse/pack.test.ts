@@ -244,6 +244,8 @@ describe.each([0, 1, 2])("pack case %i", (ci) => {
   it("order is hot-first by the profile's counts (ties by id); act_count and hot_count follow", () => {
     const prof = readProfile(c.profile);
     expect(pack.profileTokens).toBe(prof.tokens);
+    // the profile's overlap of consecutive active sets, per layer (the planner's persistence)
+    expect(pack.profileOverlap).toEqual(prof.layers.map((L) => Math.fround(L.overlap)));
     pack.layers.forEach((L, l) => {
       const counts = prof.layers[l]!.counts;
       const seen = new Set(L.order);

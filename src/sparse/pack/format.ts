@@ -55,6 +55,8 @@ export interface Pack {
   layers: PackLayer[];
   predictor?: PackPredictorLayer[]; // undefined when the pack has none
   profileTokens: number;
+  /** (nLayer) the profile's mean Jaccard overlap of consecutive tokens' active sets; absent in packs written before it was stored. */
+  profileOverlap?: number[];
   downRelayoutError: number[];
   source: { name: string; size: number; fingerprint: string };
 }

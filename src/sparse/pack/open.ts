@@ -70,6 +70,9 @@ export function openPack(path: string): Pack {
   if (bundleBytes !== gateBlock + upDownBlock) fail(`${P}bundle_bytes is ${bundleBytes}, expected gate_block + updown_block = ${gateBlock + upDownBlock}`);
   const hot = arr("hot_count");
   const relErr = arr("down_relayout_error");
+  // optional (packs written before it have none): checked as the other per-layer arrays
+  const overlap = file.metadata.has(`${P}profile_overlap`) ? Array.from(arr("profile_overlap"), Number) : undefined;
+  if (overlap?.some((x) => !(x >= 0 && x <= 1))) fail(`${P}profile_overlap holds a value outside [0, 1]`);
 
   const fd = openSync(path, "r");
   const readI32 = (t: TensorInfo): Int32Array => {
@@ -207,6 +210,7 @@ export function openPack(path: string): Pack {
     layers,
     predictor,
     profileTokens: num("profile_tokens"),
+    ...(overlap && { profileOverlap: overlap }),
     downRelayoutError: Array.from(relErr, Number),
     source: { name: str("source_name"), size: num("source_size"), fingerprint: str("source_fingerprint") },
   };

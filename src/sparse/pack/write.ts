@@ -145,6 +145,7 @@ export async function writePack(modelPath: string, outPath: string, opts: PackOp
   w.setU32(`${P}bundle_bytes`, bundleBytes);
   w.setArray(`${P}hot_count`, ValueType.UINT32, Uint32Array.from(hotCounts));
   w.set(`${P}profile_tokens`, ValueType.UINT64, BigInt(profile.tokens));
+  w.setArray(`${P}profile_overlap`, ValueType.FLOAT32, Float32Array.from(profile.layers, (l) => l.overlap));
   // placeholder, patched once the layers have been re-laid (the header is written first)
   const errKey = `${P}down_relayout_error`;
   w.setArray(errKey, ValueType.FLOAT32, new Float32Array(nLayer));
