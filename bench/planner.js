@@ -23,7 +23,7 @@
 // falls into loops that read nothing), median of 5 after a warm-up (the 7B: of 2), one model at a
 // time; predicted vs measured takes the median of 3 rounds over the budgets.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
@@ -229,6 +229,7 @@ else {
         const res = spawnSync(process.execPath, args, { stdio: ["ignore", "ignore", "inherit"] });
         try {
           const j = JSON.parse(readFileSync(tmp, "utf8"));
+        rmSync(tmp, { force: true });
           const run = j.results.find((x) => x.id === "llama-norepack-limited");
           point.llama = run?.error ? null : (run?.decodeTokensPerSecond ?? null);
           point.llamaLimit = run?.cgroup?.limit ?? null;
