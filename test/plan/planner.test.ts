@@ -53,6 +53,32 @@ function rates(fire: number[], flagRatio = 1): ProfileRates {
   return { nLayer: 1, nFF: fire.length, fire: Float32Array.from(fire), flagRatio: Float32Array.of(flagRatio), firedPerToken: fire.reduce((a, b) => a + b, 0), flaggedPerToken: fire.reduce((a, b) => a + Math.min(1, b * flagRatio), 0), oracle: false };
 }
 
+const lcg = (seed: number) => () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+
+/** Misses per token of an LRU cache of S slots over n neurons, 4000 tokens (the first 500 not counted); `fires(i)` says whether neuron i is used this token (asked in order i = 0..n-1, token after token). */
+function simulatedLruMisses(n: number, S: number, fires: (i: number) => boolean): number {
+  const lastUse = new Float64Array(n).fill(-1);
+  const resident = new Set<number>();
+  let misses = 0;
+  const T = 4000;
+  for (let t = 0; t < T; t++) {
+    for (let i = 0; i < n; i++) {
+      if (!fires(i)) continue;
+      if (!resident.has(i)) {
+        if (t >= 500) misses++;
+        if (resident.size >= S) {
+          let victim = -1;
+          for (const r of resident) if (victim < 0 || lastUse[r]! < lastUse[victim]!) victim = r;
+          resident.delete(victim);
+        }
+        resident.add(i);
+      }
+      lastUse[i] = t + i / n;
+    }
+  }
+  return misses / (T - 500);
+}
+
 function input(predictor: "trained" | "oracle" = "trained"): PlannerInput {
   const pack = openPack(packPath);
   return packPlannerInput(pack, { contextSize: ctx, predictor });
@@ -88,28 +114,8 @@ describe("cache model", () => {
     const fire = Array.from({ length: n }, (_, i) => Math.min(1, 0.9 / Math.pow(i + 1, 0.8)));
     const S = 96;
     const model = forecastCache(rates(fire), { slots: S, hotSlots: 0, clusterSize: 8, gatesPinned: true });
-    let seed = 7;
-    const rnd = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
-    const lastUse = new Float64Array(n).fill(-1);
-    const resident = new Set<number>();
-    let misses = 0;
-    const T = 4000;
-    for (let t = 0; t < T; t++) {
-      for (let i = 0; i < n; i++) {
-        if (rnd() >= fire[i]!) continue;
-        if (!resident.has(i)) {
-          if (t >= 500) misses++;
-          if (resident.size >= S) {
-            let victim = -1;
-            for (const r of resident) if (victim < 0 || lastUse[r]! < lastUse[victim]!) victim = r;
-            resident.delete(victim);
-          }
-          resident.add(i);
-        }
-        lastUse[i] = t + i / n;
-      }
-    }
-    const simulated = misses / (T - 500);
+    const rnd = lcg(7);
+    const simulated = simulatedLruMisses(n, S, (i) => rnd() < fire[i]!);
     expect(Math.abs(model.missesPerToken / simulated - 1)).toBeLessThan(0.05);
   });
 });
@@ -124,34 +130,16 @@ describe("cache model: firings that persist from token to token", () => {
     const r = { ...rates(fire), persist: Float32Array.of(rho) };
     const model = forecastCache(r, { slots: S, hotSlots: 0, clusterSize: 8, gatesPinned: true });
     const independent = forecastCache(rates(fire), { slots: S, hotSlots: 0, clusterSize: 8, gatesPinned: true });
-    let seed = 11;
-    const rnd = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+    const rnd = lcg(11);
     const on = fire.map((p) => rnd() < p);
-    const lastUse = new Float64Array(n).fill(-1);
-    const resident = new Set<number>();
-    let misses = 0;
     let fired = 0;
-    const T = 4000;
-    for (let t = 0; t < T; t++) {
-      for (let i = 0; i < n; i++) {
-        const p = fire[i]!;
-        on[i] = rnd() < (on[i] ? p + rho * (1 - p) : p * (1 - rho));
-        if (!on[i]) continue;
-        if (t >= 500) fired++;
-        if (!resident.has(i)) {
-          if (t >= 500) misses++;
-          if (resident.size >= S) {
-            let victim = -1;
-            for (const x of resident) if (victim < 0 || lastUse[x]! < lastUse[victim]!) victim = x;
-            resident.delete(victim);
-          }
-          resident.add(i);
-        }
-        lastUse[i] = t + i / n;
-      }
-    }
-    const simulated = misses / (T - 500);
-    expect(fired / (T - 500) / fire.reduce((a, b) => a + b, 0)).toBeCloseTo(1, 1); // the chain keeps rate p
+    const simulated = simulatedLruMisses(n, S, (i) => {
+      const p = fire[i]!;
+      on[i] = rnd() < (on[i] ? p + rho * (1 - p) : p * (1 - rho));
+      if (on[i]) fired++;
+      return on[i]!;
+    });
+    expect(fired / 4000 / fire.reduce((a, b) => a + b, 0)).toBeCloseTo(1, 1); // the chain keeps rate p
     expect(Math.abs(model.missesPerToken / simulated - 1)).toBeLessThan(0.05);
     expect(model.missesPerToken).toBeLessThan(0.85 * independent.missesPerToken);
   });
