@@ -197,11 +197,12 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     const f = falseFlag(l, p);
     const fireNext = p * (1 - rhoOf[l]!); // P(fire | the token before was silent)
     const flagNext = fireNext + (1 - fireNext) * f;
-    // per neuron: accesses after T tokens that did not keep it (T < 1: a share T of a token's hits)
-    const missAfter = (x: number) => (T === Infinity ? 0 : T >= 1 ? silent(p, l, T) * x : 0);
-    const lerp = (x: number, a: number) => (T >= 1 || T === Infinity ? missAfter(x) : a - T * (a - silent(p, l, 1) * x));
-    const fireMiss = count[b]! * lerp(fireNext, p);
-    const flagMiss = count[b]! * lerp(flagNext, access(l, p));
+    // per neuron: the accesses (at `next` after a silent token, `rate` in all) that come after T
+    // tokens that did not keep it; T < 1 (the cache holds a share T of a token's accesses): from
+    // every access missing at T = 0 to those after one silent token at T = 1
+    const missed = (next: number, rate: number) => (T === Infinity ? 0 : T >= 1 ? silent(p, l, T) * next : rate - T * (rate - silent(p, l, 1) * next));
+    const fireMiss = count[b]! * missed(fireNext, p);
+    const flagMiss = count[b]! * missed(flagNext, access(l, p));
     if (shape.window !== undefined) {
       bundleMisses[l]! += flagMiss;
       accessMisses += flagMiss;
