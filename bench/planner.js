@@ -126,14 +126,15 @@ async function grid(path, budget, o, configs = GRID) {
  */
 async function fractionRounds(name, path, o) {
   const fractions = [0.25, 0.5, 0.75, 1];
+  const budgets = fractions.map((f) => fractionBudget(path, f, o.ctx));
   const runs = fractions.map(() => []);
-  for (let round = 0; round < 3; round++) for (let i = 0; i < fractions.length; i++) runs[i].push(await measure(path, { memory: fractionBudget(path, fractions[i], o.ctx) }, o));
+  for (let round = 0; round < 3; round++) for (let i = 0; i < fractions.length; i++) runs[i].push(await measure(path, { memory: budgets[i] }, o));
   return fractions.map((f, i) => {
     const sorted = [...runs[i]].sort((a, b) => a.tokPerSec - b.tokPerSec);
     const r = sorted[1];
     const digits = r.tokPerSec < 100 ? 2 : 1;
     log(`${name}, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(digits)} tok/s (median of 3 rounds: ${runs[i].map((x) => x.tokPerSec.toFixed(digits)).join(", ")}), predicted ${r.predicted.toFixed(digits)} (${((100 * (r.predicted - r.tokPerSec)) / r.tokPerSec).toFixed(0)}%), reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
-    return { ffn: f, budget: fractionBudget(path, f, o.ctx) ?? null, ...r, rounds: runs[i].map((x) => x.tokPerSec), error: r.predicted / r.tokPerSec - 1 };
+    return { ffn: f, budget: budgets[i] ?? null, ...r, rounds: runs[i].map((x) => x.tokPerSec), error: r.predicted / r.tokPerSec - 1 };
   });
 }
 
@@ -148,51 +149,49 @@ const results = { date: new Date().toISOString(), machine: machineForPlan(join(r
 // ---- the default model ---------------------------------------------------------------------
 const packPath = join(rootDir, "models", "neuronpipe-default.pack.gguf");
 const defaultAll = parts.has("default");
-if ((defaultAll || parts.has("default-fractions")) && !existsSync(packPath)) {
-  const r = spawnSync(process.execPath, [join(rootDir, "bin", "neuronpipe.js"), "pack"], { stdio: "inherit" });
-  if (r.status !== 0) throw new Error("neuronpipe pack failed");
-}
 if (defaultAll || parts.has("default-fractions")) {
+  if (!existsSync(packPath)) {
+    const r = spawnSync(process.execPath, [join(rootDir, "bin", "neuronpipe.js"), "pack"], { stdio: "inherit" });
+    if (r.status !== 0) throw new Error("neuronpipe pack failed");
+  }
   const o = { tokens: Number(v.tokens), ctx: 256 };
   const out = results.defaultModel;
   out.fractions = await fractionRounds("default model", packPath, o);
-}
-if (defaultAll) {
-  const o = { tokens: Number(v.tokens), ctx: 256 };
-  const out = results.defaultModel;
-  out.grid = [];
-  for (const f of [0.25, 0.5]) {
-    log(`default model, grid at ${100 * f}% of the FFN:`);
-    out.grid.push({ ffn: f, ...(await grid(packPath, fractionBudget(packPath, f, o.ctx), o, DEEP_GRID)) });
-  }
-  out.modes = [];
-  for (const f of [0.25, 0.5, 1]) {
-    const budget = fractionBudget(packPath, f, o.ctx);
-    // three rounds of [default, inline, pipeline, blocking], medians: one after the other, a
-    // model measured first in a row ran up to 30% slower than the same configuration next to it
-    const runs = { default: [], inline: [], pipeline: [], blocking: [] };
-    for (let k = 0; k < 3; k++) {
-      runs.default.push((await measure(packPath, { memory: budget }, o)).tokPerSec);
-      for (const decoder of ["inline", "pipeline", "blocking"]) runs[decoder].push((await measure(packPath, { memory: budget, decoder }, o)).tokPerSec);
+  if (defaultAll) {
+    out.grid = [];
+    for (const f of [0.25, 0.5]) {
+      log(`default model, grid at ${100 * f}% of the FFN:`);
+      out.grid.push({ ffn: f, ...(await grid(packPath, fractionBudget(packPath, f, o.ctx), o, DEEP_GRID)) });
     }
-    const med = (a) => [...a].sort((x, y) => x - y)[1];
-    const row = { ffn: f, runs, default: med(runs.default), inline: med(runs.inline), pipeline: med(runs.pipeline), blocking: med(runs.blocking) };
-    row.defaultOverFastest = row.default / Math.max(row.inline, row.pipeline, row.blocking);
-    out.modes.push(row);
-    log(`default model, ${100 * f}%: default ${row.default.toFixed(1)}, inline ${row.inline.toFixed(1)}, pipeline ${row.pipeline.toFixed(1)}, blocking ${row.blocking.toFixed(1)} tok/s (medians of 3 rounds): default = ${row.defaultOverFastest.toFixed(3)} of the fastest mode`);
+    out.modes = [];
+    for (const f of [0.25, 0.5, 1]) {
+      const budget = fractionBudget(packPath, f, o.ctx);
+      // three rounds of [default, inline, pipeline, blocking], medians: one after the other, a
+      // model measured first in a row ran up to 30% slower than the same configuration next to it
+      const runs = { default: [], inline: [], pipeline: [], blocking: [] };
+      for (let k = 0; k < 3; k++) {
+        runs.default.push((await measure(packPath, { memory: budget }, o)).tokPerSec);
+        for (const decoder of ["inline", "pipeline", "blocking"]) runs[decoder].push((await measure(packPath, { memory: budget, decoder }, o)).tokPerSec);
+      }
+      const med = (a) => [...a].sort((x, y) => x - y)[1];
+      const row = { ffn: f, runs, default: med(runs.default), inline: med(runs.inline), pipeline: med(runs.pipeline), blocking: med(runs.blocking) };
+      row.defaultOverFastest = row.default / Math.max(row.inline, row.pipeline, row.blocking);
+      out.modes.push(row);
+      log(`default model, ${100 * f}%: default ${row.default.toFixed(1)}, inline ${row.inline.toFixed(1)}, pipeline ${row.pipeline.toFixed(1)}, blocking ${row.blocking.toFixed(1)} tok/s (medians of 3 rounds): default = ${row.defaultOverFastest.toFixed(3)} of the fastest mode`);
+    }
+    // --min-speed: half the resident speed the planner predicts
+    const pack = np.openPack(packPath);
+    const inp = packPlannerInput(pack, { contextSize: o.ctx });
+    const m = machineForPlan(packPath);
+    const limits = { cores: np.native().getThreads(), contextSize: o.ctx };
+    const top = planner.makePlan(inp, m, limits);
+    const target = Math.round(top.predicted.tokPerSec / 4);
+    const named = planner.budgetForSpeed(inp, m, limits, target);
+    const run = await measure(packPath, { memory: named.memory.budget }, o);
+    out.minSpeed = { target, budget: named.memory.budget, predicted: named.predicted.tokPerSec, measured: run.tokPerSec, reached: run.tokPerSec / target };
+    log(`plan --min-speed ${target}: ${(named.memory.budget / MiB).toFixed(1)} MiB; measured there ${run.tokPerSec.toFixed(1)} tok/s = ${(run.tokPerSec / target).toFixed(2)} of the target`);
+    out.sweep = planner.sweepPlans(inp, m, limits, 10).map((p) => ({ budget: p.memory.budget, tokPerSec: p.predicted.tokPerSec, decoder: p.knobs.decoder }));
   }
-  // --min-speed: half the resident speed the planner predicts
-  const pack = np.openPack(packPath);
-  const inp = packPlannerInput(pack, { contextSize: o.ctx });
-  const m = machineForPlan(packPath);
-  const limits = { cores: np.native().getThreads(), contextSize: o.ctx };
-  const top = planner.makePlan(inp, m, limits);
-  const target = Math.round(top.predicted.tokPerSec / 4);
-  const named = planner.budgetForSpeed(inp, m, limits, target);
-  const run = await measure(packPath, { memory: named.memory.budget }, o);
-  out.minSpeed = { target, budget: named.memory.budget, predicted: named.predicted.tokPerSec, measured: run.tokPerSec, reached: run.tokPerSec / target };
-  log(`plan --min-speed ${target}: ${(named.memory.budget / MiB).toFixed(1)} MiB; measured there ${run.tokPerSec.toFixed(1)} tok/s = ${(run.tokPerSec / target).toFixed(2)} of the target`);
-  out.sweep = planner.sweepPlans(inp, m, limits, 10).map((p) => ({ budget: p.memory.budget, tokPerSec: p.predicted.tokPerSec, decoder: p.knobs.decoder }));
 }
 
 // ---- the 7B-shaped model ---------------------------------------------------------------------
@@ -229,7 +228,7 @@ else {
         const res = spawnSync(process.execPath, args, { stdio: ["ignore", "ignore", "inherit"] });
         try {
           const j = JSON.parse(readFileSync(tmp, "utf8"));
-        rmSync(tmp, { force: true });
+          rmSync(tmp, { force: true });
           const run = j.results.find((x) => x.id === "llama-norepack-limited");
           point.llama = run?.error ? null : (run?.decodeTokensPerSecond ?? null);
           point.llamaLimit = run?.cgroup?.limit ?? null;
