@@ -5,10 +5,13 @@
 /** Largest message length (characters) after `safeMessage`. */
 export const MAX_MESSAGE = 480;
 
-/** `s` with control characters (C0, DEL, C1) written as \xNN / \uNNNN escapes, and cut to MAX_MESSAGE. */
+/** The characters a message must not carry as they are: C0 (tab and newline included: a message is one line), DEL, C1, and the Unicode line and paragraph separators. */
+// eslint-disable-next-line no-control-regex
+export const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;
+
+/** `s` with control characters (CONTROL_CHARACTERS) written as \xNN / \uNNNN escapes, and cut to MAX_MESSAGE. */
 export function safeMessage(s: string, max = MAX_MESSAGE): string {
-  // eslint-disable-next-line no-control-regex
-  let out = s.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, (c) => {
+  let out = s.replace(new RegExp(CONTROL_CHARACTERS.source, "g"), (c) => {
     const code = c.charCodeAt(0);
     return code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
   });

@@ -4,6 +4,7 @@
 // internal error that names no input (a TypeError from inside the code, say), logits that are not
 // finite without an error, or (seen by the runner, run.ts) a crash or a hang.
 import { loadModel } from "../../api/model.js";
+import { CONTROL_CHARACTERS } from "../../util/message.js";
 
 export type Outcome =
   | { result: "ok" }
@@ -16,8 +17,7 @@ const INTERNAL = /Cannot read propert|is not a function|is not iterable|undefine
 export function judgeError(e: unknown): Outcome {
   const message = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
   if (message.length > 500) return { result: "defect", defect: "long-message", message: message.slice(0, 300) };
-  // eslint-disable-next-line no-control-regex
-  if (/[\u0000-\u001f\u007f-\u009f]/.test(message)) return { result: "defect", defect: "control-characters", message: JSON.stringify(message.slice(0, 300)) };
+  if (CONTROL_CHARACTERS.test(message)) return { result: "defect", defect: "control-characters", message: JSON.stringify(message.slice(0, 300)) };
   if (!(e instanceof Error) || INTERNAL.test(message) || e.name === "TypeError") return { result: "defect", defect: "internal-error", message: `${message}\n${e instanceof Error ? (e.stack ?? "").split("\n").slice(1, 4).join("\n") : ""}` };
   return { result: "refused", message };
 }
