@@ -30,6 +30,8 @@ export interface LinearPredictor {
   fc1: Uint8Array; // (rank, nEmbd) rows in `type` = ggml ne [nEmbd, rank]
   fc2: Uint8Array; // (nFF, rank) rows in `type` = ggml ne [rank, nFF]
   thresholds: Float32Array; // (nFF)
+  /** (nFF) per neuron, the share of the evaluation tokens it did not fire on that it was flagged on (optional; the planner's cache model uses it). */
+  falseFlags?: Float32Array;
 }
 
 export type LayerPredictor = MlpPredictor | LinearPredictor;
@@ -102,6 +104,7 @@ export async function writePredictors(path: string, r: PredictorFileContents, ex
     w.addTensor({ name: `blk.${i}.fc1.weight`, ne: [r.nEmbd, l.hidden], type, data: () => bytes(l.fc1) });
     w.addTensor({ name: `blk.${i}.fc2.weight`, ne: [l.hidden, r.nFF], type, data: () => bytes(l.fc2) });
     if (isLinear(l)) w.addTensor({ name: `blk.${i}.fc2.threshold`, ne: [r.nFF], type: 0, data: () => bytes(l.thresholds) });
+    if (isLinear(l) && l.falseFlags) w.addTensor({ name: `blk.${i}.fc2.false_flags`, ne: [r.nFF], type: 0, data: () => bytes(l.falseFlags!) });
   });
   return w.write(path);
 }
@@ -157,7 +160,10 @@ export function readPredictors(path: string): { nEmbd: number; nFF: number; laye
       if (form === "linear") {
         const type = t1.type;
         const th = raw(`blk.${i}.fc2.threshold`, 0, [ff]);
-        layers.push({ form: "linear", hidden: h, type, fc1: raw(t1.name, type, [e, h]), fc2: raw(t2.name, type, [h, ff]), thresholds: new Float32Array(th.buffer, th.byteOffset, ff) });
+        const ff2 = f.tensorsByName.has(`blk.${i}.fc2.false_flags`) ? raw(`blk.${i}.fc2.false_flags`, 0, [ff]) : undefined;
+        const falseFlags = ff2 && new Float32Array(ff2.buffer, ff2.byteOffset, ff);
+        if (falseFlags?.some((x) => !(x >= 0 && x <= 1))) throw new Error(`${path}: blk.${i}.fc2.false_flags holds a value outside [0, 1]`);
+        layers.push({ form: "linear", hidden: h, type, fc1: raw(t1.name, type, [e, h]), fc2: raw(t2.name, type, [h, ff]), thresholds: new Float32Array(th.buffer, th.byteOffset, ff), ...(falseFlags && { falseFlags }) });
       } else {
         const thr = thrArr !== undefined && i < thrArr.length ? Number(thrArr[i]) : thrGlobal;
         layers.push({ hidden: h, fc1: load(`blk.${i}.fc1.weight`, e, h), fc2: load(`blk.${i}.fc2.weight`, h, ff), threshold: thr });

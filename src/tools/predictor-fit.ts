@@ -53,19 +53,23 @@ export interface LinearFitResult {
 
 const RANK_STEP = 32;
 
-/** Per-layer statistics of scores against labels. */
-interface Confusion {
+/** Per-layer statistics of scores against labels (exported for its test). */
+export interface Confusion {
   tp: number;
   fp: number;
   fn: number;
   tokens: number;
+  /** (nFF) per neuron: the share of the tokens it did not fire on that it was flagged on. */
+  falseFlags: Float32Array;
 }
 
-function confusion(s: Float32Array, thr: Float32Array, bits: Uint8Array, nTok: number, nFF: number): Confusion {
+export function confusion(s: Float32Array, thr: Float32Array, bits: Uint8Array, nTok: number, nFF: number): Confusion {
   let tp = 0;
   let fp = 0;
   let fn = 0;
   const rb = nFF / 8;
+  const fpOf = new Uint32Array(nFF);
+  const negOf = new Uint32Array(nFF);
   for (let t = 0; t < nTok; t++) {
     const o = t * nFF;
     for (let i = 0; i < nFF; i++) {
@@ -74,9 +78,14 @@ function confusion(s: Float32Array, thr: Float32Array, bits: Uint8Array, nTok: n
       if (p && y) tp++;
       else if (p) fp++;
       else if (y) fn++;
+      if (!y) {
+        negOf[i]!++;
+        if (p) fpOf[i]!++;
+      }
     }
   }
-  return { tp, fp, fn, tokens: nTok };
+  const falseFlags = Float32Array.from(fpOf, (f, i) => (negOf[i]! > 0 ? f / negOf[i]! : 0));
+  return { tp, fp, fn, tokens: nTok, falseFlags };
 }
 
 /**
@@ -240,6 +249,8 @@ export function fitLinearPredictors(model: Model, fit: Collected, cal: Collected
       predictorBytes += b.fc1.length + b.fc2.length + 4 * F;
       // ---- the evaluation split --------------------------------------------------------
       const e = evaluateLinear(layer, ev, l, E, F);
+      // the planner's cache model reads how its false positives spread over the neurons
+      if (e.tokens > 0) layer.falseFlags = e.falseFlags;
       report.push({
         layer: l,
         hidden: b.r,

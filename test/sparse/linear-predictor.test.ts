@@ -12,6 +12,7 @@ import { rng } from "../native/helpers.js";
 import { readPredictors, writePredictors, type LinearPredictor } from "../../src/sparse/predictor-file.js";
 import { Mat, mulT, orthonormalizeRows, symmetricEigen } from "../../src/tools/linalg.js";
 import { collectActivations, formatReport, trainPredictors, type PredictorResult } from "../../src/tools/train-predictor.js";
+import { confusion } from "../../src/tools/predictor-fit.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const dir = mkdtempSync(join(tmpdir(), "np-linear-"));
@@ -78,6 +79,31 @@ describe("linear algebra", () => {
   });
 });
 
+describe("held-out statistics", () => {
+  it("confusion counts and each neuron's false-flag rate (flagged ÷ the tokens it did not fire on), by hand", () => {
+    // 4 tokens × 8 neurons; neuron i flagged when score > threshold 0
+    const s = Float32Array.from([
+      [1, -1, 1, -1, 1, 1, -1, -1],
+      [1, 1, -1, -1, 1, -1, -1, -1],
+      [-1, 1, 1, -1, 1, -1, -1, -1],
+      [1, -1, -1, -1, 1, -1, -1, 1],
+    ].flat());
+    const fired = [
+      [1, 0, 0, 0, 1, 0, 0, 0],
+      [1, 0, 0, 1, 0, 0, 0, 0],
+      [0, 1, 0, 0, 0, 0, 0, 0],
+      [1, 0, 0, 0, 0, 0, 0, 0],
+    ];
+    const bits = Uint8Array.from(fired, (row) => row.reduce((b, y, i) => b | (y << i), 0));
+    const c = confusion(s, new Float32Array(8), bits, 4, 8);
+    // flagged & fired: (0,0) (1,0) (2,1) (3,0) (0,4) = 5; flagged, silent: (0,2) (0,5) (1,1) (1,4) (2,2) (2,4) (3,4) (3,7) = 8; fired, not flagged: (1,3) = 1
+    expect([c.tp, c.fp, c.fn, c.tokens]).toEqual([5, 8, 1, 4]);
+    // neuron 0 never silent but token 2 (not flagged): 0/1; 1: silent on 0,1,3, flagged on 1: 1/3; 2: silent on all 4, flagged on 0,2: 2/4;
+    // 3: silent on 0,2,3, never flagged: 0; 4: silent on 1,2,3, flagged on all three: 1; 5: 1/4; 6: 0; 7: 1/4
+    expect(Array.from(c.falseFlags)).toEqual([0, 1 / 3, 0.5, 0, 1, 0.25, 0, 0.25].map(Math.fround));
+  });
+});
+
 describe("the default model", () => {
   let model: Model;
   let tokens: number[];
@@ -128,6 +154,7 @@ describe("the default model", () => {
       expect(Buffer.from(l.fc1).equals(Buffer.from(o.fc1))).toBe(true);
       expect(Buffer.from(l.fc2).equals(Buffer.from(o.fc2))).toBe(true);
       expect(Array.from(l.thresholds)).toEqual(Array.from(o.thresholds));
+      expect(Array.from(l.falseFlags!)).toEqual(Array.from(o.falseFlags!));
     });
 
     // runtime path (two Q8_0 matvecs, as FfnSteps.predict) against f64 from the dequantised rows

@@ -278,7 +278,7 @@ describe.each([0, 1, 2])("pack case %i", (ci) => {
     const nL = pack.config.nLayer;
     const expected = new Set([
       ...fixed.map((t) => t.name),
-      ...Array.from({ length: nL }, (_, l) => [`blk.${l}.ffn_bundles`, `blk.${l}.ffn_order`, `blk.${l}.act_count`, ...(c.predictor ? [`blk.${l}.fc1.weight`, `blk.${l}.fc2.weight`, ...(readPredictors(c.predictor).layers[l]!.form === "linear" ? [`blk.${l}.fc2.threshold`] : [])] : [])]).flat(),
+      ...Array.from({ length: nL }, (_, l) => [`blk.${l}.ffn_bundles`, `blk.${l}.ffn_order`, `blk.${l}.act_count`, ...(c.predictor ? [`blk.${l}.fc1.weight`, `blk.${l}.fc2.weight`, ...(readPredictors(c.predictor).layers[l]!.form === "linear" ? [`blk.${l}.fc2.threshold`] : []), ...((readPredictors(c.predictor).layers[l] as LinearPredictor).falseFlags ? [`blk.${l}.fc2.false_flags`] : [])] : [])]).flat(),
     ]);
     expect(new Set(pack.file.tensors.map((t) => t.name))).toEqual(expected);
     for (const [k, v] of src.metadata) {
@@ -292,7 +292,7 @@ describe.each([0, 1, 2])("pack case %i", (ci) => {
   });
 });
 
-it("linear predictor: fc1 as trained, fc2 rows and per-neuron thresholds permuted into pack order: pack scores at position p equal the original's for neuron order[p]", () => {
+it("linear predictor: fc1 as trained, fc2 rows, per-neuron thresholds and false-flag rates permuted into pack order: pack scores at position p equal the original's for neuron order[p]", () => {
   const pack = openPack(cases[0]!.pack);
   const orig = readPredictors(defPredictor);
   const n = native();
@@ -320,6 +320,9 @@ it("linear predictor: fc1 as trained, fc2 rows and per-neuron thresholds permute
       expect(Buffer.from(fc1).equals(Buffer.from(O.fc1))).toBe(true);
       const order = pack.layers[l]!.order;
       for (let p = 0; p < nFF; p++) expect(P.thresholds![p]).toBe(O.thresholds[order[p]!]);
+      // the trainer's false-flag rates ride along in the same order
+      expect(O.falseFlags).toBeDefined();
+      for (let p = 0; p < nFF; p++) expect(P.falseFlags![p]).toBe(O.falseFlags![order[p]!]);
       const score = (a1: Uint8Array, a2: Uint8Array) => {
         const [a, b, h, out] = [put(a1), put(a2), n.alloc(P.hidden * 4), n.alloc(nTok * nFF * 4)];
         ids.push(a, b, h, out);

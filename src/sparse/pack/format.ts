@@ -38,6 +38,8 @@ export interface PackPredictorLayer {
   thresholdsOffset: number; // -1 for mlp
   threshold: number; // mlp: the layer's threshold; linear: NaN (see thresholds)
   readonly thresholds?: Float32Array; // linear: (n_ff) in pack order
+  /** linear, optional: (n_ff) in pack order, the share of held-out tokens each neuron did not fire on that it was flagged on (blk.N.fc2.false_flags) */
+  readonly falseFlags?: Float32Array;
 }
 export interface Pack {
   path: string;

@@ -161,10 +161,12 @@ export function openPack(path: string): Pack {
         tensor(t1.name, type, [nEmbd, hidden]);
         const t2 = tensor(`blk.${l}.fc2.weight`, type, [hidden, nFF]);
         const t3 = form === "linear" ? tensor(`blk.${l}.fc2.threshold`, F32, [nFF]) : undefined;
-        for (const t of [t1, t2, ...(t3 ? [t3] : [])]) if (t.offset + t.nbytes > file.fileSize) fail(`predictor tensors of layer ${l} run past the end of the file (truncated)`);
+        const t4 = form === "linear" && file.tensorsByName.has(`blk.${l}.fc2.false_flags`) ? tensor(`blk.${l}.fc2.false_flags`, F32, [nFF]) : undefined;
+        for (const t of [t1, t2, ...(t3 ? [t3] : []), ...(t4 ? [t4] : [])]) if (t.offset + t.nbytes > file.fileSize) fail(`predictor tensors of layer ${l} run past the end of the file (truncated)`);
         let fc1: Float32Array | undefined;
         let fc2: Float32Array | undefined;
         let th: Float32Array | undefined;
+        let ffl: Float32Array | undefined;
         predictor.push({
           form,
           hidden,
@@ -186,6 +188,15 @@ export function openPack(path: string): Pack {
             return (th ??= (() => {
               const b = readBytes(t3);
               return new Float32Array(b.buffer, b.byteOffset, nFF);
+            })());
+          },
+          get falseFlags() {
+            if (!t4) return undefined;
+            return (ffl ??= (() => {
+              const b = readBytes(t4);
+              const v = new Float32Array(b.buffer, b.byteOffset, nFF);
+              if (v.some((x) => !(x >= 0 && x <= 1))) fail(`tensor ${t4.name} holds a value outside [0, 1]`);
+              return v;
             })());
           },
         });

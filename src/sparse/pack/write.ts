@@ -155,7 +155,7 @@ export async function writePack(modelPath: string, outPath: string, opts: PackOp
     }
     const mlp = pred.layers.filter((l) => !isLinear(l)) as MlpPredictor[];
     if (mlp.length === pred.layers.length) w.setArray("neuronpipe.predictor.threshold", ValueType.FLOAT32, Float32Array.from(mlp, (l) => l.threshold));
-    w.setString("neuronpipe.predictor.order", "fc2 rows (and per-neuron thresholds) in pack order: score[p] belongs to neuron blk.N.ffn_order[p]");
+    w.setString("neuronpipe.predictor.order", "fc2 rows (and per-neuron thresholds and false-flag rates) in pack order: score[p] belongs to neuron blk.N.ffn_order[p]");
   }
 
   // ---- tensors: fixed region, small per-layer tensors, then the bundles -------------
@@ -187,6 +187,7 @@ export async function writePack(modelPath: string, outPath: string, opts: PackOp
         w.addTensor({ name: `blk.${l}.fc1.weight`, ne: [nEmbd, pl.hidden], type, data: () => bytes(pl.fc1) });
         w.addTensor({ name: `blk.${l}.fc2.weight`, ne: [pl.hidden, nFF], type, data: () => permuteRows(bytes(pl.fc2), n.rowBytes(type, pl.hidden)) });
         if (isLinear(pl)) w.addTensor({ name: `blk.${l}.fc2.threshold`, ne: [nFF], type: F32, data: () => permuteRows(bytes(pl.thresholds), 4) });
+        if (isLinear(pl) && pl.falseFlags) w.addTensor({ name: `blk.${l}.fc2.false_flags`, ne: [nFF], type: F32, data: () => permuteRows(bytes(pl.falseFlags!), 4) });
       }
     }
     for (let l = 0; l < nLayer; l++) {
