@@ -6,11 +6,13 @@
 // p_i·(1 − ρ_l) (a two-state chain whose stationary rate is p_i). ρ_l comes from the profile's
 // overlap of consecutive tokens' active sets (Jaccard J: Σp·(p + ρ(1 − p)) = 2J·Σp/(1 + J));
 // ρ = 0 is independent tokens. The predictor flags every neuron that fires (recall ≈ 1) and,
-// independently per token, some that do not (its false positives), so that neuron i is flagged
-// with probability q_i = min(1, r_l·p_i), r_l the layer's flagged/fired ratio stored with the
-// predictors (the oracle flags every neuron): on a token it does not fire it is flagged with
-// probability f_i = (q_i − p_i) ÷ (1 − p_i). (False positives spread evenly over the neurons
-// instead fit the 7B's window cache better and the default model's caches worse: docs/benchmarks.md.)
+// independently per token, some that do not (its false positives): on a token neuron i does not
+// fire it is flagged with probability f_i, measured per neuron by the trainer on its held-out
+// tokens (blk.N.fc2.false_flags). Predictors without it: i is flagged with probability
+// q_i = min(1, r_l·p_i), r_l the layer's flagged/fired ratio stored with the predictors, so
+// f_i = (q_i − p_i) ÷ (1 − p_i) (the oracle flags every neuron: f_i = 1). How false positives
+// spread matters: spread evenly they cost the 7B's window cache 20.3K bundle reads per token,
+// spread in proportion to p_i 12.5K (measured 19.8K), docs/benchmarks.md.
 // A neuron is accessed per token when it fires (gate rows pinned: only a firing neuron needs its
 // up+down) or when it is flagged (whole bundles: the gate row is needed for every flagged neuron).
 //
@@ -20,6 +22,9 @@
 //                last T tokens; T solves Σ_i P(used in the last T tokens) = cold slots, and an
 //                access hits when the neuron was used within the T tokens before it
 //   window       (blocking, LLMFlash) also drops a neuron unused for w tokens: T is at most w
+//   runs         (window) WindowCache reads a run of consecutive missing pack positions as one
+//                request: with neuron i missing with probability m_i, independently of its
+//                neighbour, a layer's requests are Σ m_i·(1 − m_(i−1)) over its pack order
 //   demotion     (whole bundles, hot/cold cache) a flagged neuron that stays silent goes to the
 //                LRU's tail (NeuronCache.demoteSilent) and is the next evicted: what stays is
 //                what fired within T tokens, while every flagged access that finds its neuron
@@ -27,8 +32,8 @@
 //
 // With a chain, P(no firing in T tokens) = (1 − p)·(1 − b)^(T − 1), b = p·(1 − ρ); an access
 // after T silent tokens happens with probability b (firing) or b + (1 − b)·f (flagged). Neurons
-// are taken in buckets of similar p (log-spaced, per layer), so evaluating one cache shape costs
-// a pass over the clusters and a bisection over the buckets, not over every neuron. Measured
+// are taken in buckets of similar p and f (log-spaced, per layer), so evaluating one cache shape
+// costs a pass over the clusters and a bisection over the buckets, not over every neuron. Measured
 // against WindowCache's own policy and the decoders on the 7B and the default model:
 // docs/benchmarks.md, "why the 7B's predictions miss".
 import type { Pack } from "../sparse/pack/format.js";
@@ -40,6 +45,8 @@ export interface ProfileRates {
   fire: Float32Array;
   /** (nLayer) flagged/fired ratio of the layer's predictor (≥ 1). */
   flagRatio: Float32Array;
+  /** (nLayer·nFF) P(flagged | not firing) per neuron as the trainer measured it, pack order; absent: from flagRatio. */
+  falseFlag?: Float32Array;
   /** (nLayer) persistence ρ_l of a neuron's firing from one token to the next (0: independent tokens); absent: 0. */
   persist?: Float32Array;
   /** Neurons fired per token, all layers (Σ p_i). */
@@ -58,6 +65,10 @@ export function profileRates(pack: Pack, oracle = false): ProfileRates {
   const flagRatio = new Float32Array(nLayer).fill(1);
   const persist = new Float32Array(nLayer);
   const active = pack.file.metadata.get("neuronpipe.predictor.predicted_active")?.value as ArrayLike<number> | undefined;
+  // the trainer's per-neuron false-flag rates, when every layer has them
+  const measured = !oracle && pack.predictor?.length === nLayer && pack.predictor.every((l) => l.falseFlags !== undefined);
+  const falseFlag = measured ? new Float32Array(nLayer * nFF) : undefined;
+  if (falseFlag) for (let l = 0; l < nLayer; l++) falseFlag.set(pack.predictor![l]!.falseFlags!, l * nFF);
   let fired = 0;
   let flagged = 0;
   for (let l = 0; l < nLayer; l++) {
@@ -79,9 +90,10 @@ export function profileRates(pack: Pack, oracle = false): ProfileRates {
     if (J !== undefined && Number.isFinite(J) && f - f2 > 0) persist[l] = Math.min(0.95, Math.max(0, ((2 * J * f) / (1 + J) - f2) / (f - f2)));
     fired += f;
     if (oracle) flagged += nFF;
+    else if (falseFlag) for (let i = l * nFF; i < (l + 1) * nFF; i++) flagged += fire[i]! + falseFlag[i]! * (1 - fire[i]!);
     else for (let p = 0; p < nFF; p++) flagged += Math.min(1, ratio * fire[l * nFF + p]!);
   }
-  return { nLayer, nFF, fire, flagRatio, persist, firedPerToken: fired, flaggedPerToken: flagged, oracle };
+  return { nLayer, nFF, fire, flagRatio, ...(falseFlag && { falseFlag }), persist, firedPerToken: fired, flaggedPerToken: flagged, oracle };
 }
 
 export interface CacheShape {
@@ -107,6 +119,10 @@ export interface CacheForecast {
   gateMisses: Float64Array;
   upDownMisses: Float64Array;
   bundleMisses: Float64Array;
+  /** (nLayer) read requests of whole bundles: LLMFlash's window cache reads each run of consecutive missing positions as one. */
+  bundleRequests: Float64Array;
+  /** Expected read requests per token, all layers (misses, with runs of bundles merged). */
+  requestsPerToken: number;
   /** Expected accesses per token (neurons that need a slot). */
   accessesPerToken: number;
   hitRate: number;
@@ -115,21 +131,31 @@ export interface CacheForecast {
 const BUCKETS = 240;
 const MIN_RATE = 1e-6;
 const bucketOf = (a: number) => Math.min(BUCKETS - 1, Math.max(0, Math.floor((Math.log10(Math.max(a, MIN_RATE)) + 6) * (BUCKETS / 6))));
+/** Bins of false-flag rates within a bucket of firing rates: 0, then 5 per decade from 1e-6 to 1. */
+const FLAG_BINS = 31;
+const flagBinOf = (f: number) => (f <= 0 ? 0 : 1 + Math.min(FLAG_BINS - 2, Math.max(0, Math.floor((Math.log10(Math.max(f, MIN_RATE)) + 6) * 5))));
 
 /** Expected misses per token of a cache shape (see the file's comment for the model). */
 export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast {
   const { nLayer, nFF } = r;
   const N = nLayer * nFF;
   const rhoOf = Float64Array.from({ length: nLayer }, (_, l) => r.persist?.[l] ?? 0);
-  /** P(flagged | not firing) of a neuron firing at p in layer l (pinned gates: flags cost nothing, only firings are accesses). */
-  const falseFlag = (l: number, p: number) => (shape.gatesPinned ? 0 : r.oracle ? 1 : p < 1 ? (Math.min(1, r.flagRatio[l]! * p) - p) / (1 - p) : 0);
-  const access = (l: number, p: number) => p + falseFlag(l, p) * (1 - p);
+  /** P(flagged | not firing) of neuron i of layer l (pinned gates: flags cost nothing, only firings are accesses). */
+  const falseFlag = (l: number, i: number) => {
+    if (shape.gatesPinned) return 0;
+    if (r.oracle) return 1;
+    if (r.falseFlag) return r.falseFlag[i]!;
+    const p = r.fire[i]!;
+    return p < 1 ? (Math.min(1, r.flagRatio[l]! * p) - p) / (1 - p) : 0;
+  };
+  const access = (p: number, f: number) => p + f * (1 - p);
   let accesses = 0;
-  for (let l = 0; l < nLayer; l++) for (let i = l * nFF; i < (l + 1) * nFF; i++) accesses += access(l, r.fire[i]!);
+  for (let l = 0; l < nLayer; l++) for (let i = l * nFF; i < (l + 1) * nFF; i++) accesses += access(r.fire[i]!, falseFlag(l, i));
   const gateMisses = new Float64Array(nLayer);
   const upDownMisses = new Float64Array(nLayer);
   const bundleMisses = new Float64Array(nLayer);
-  if (shape.slots >= N && shape.window === undefined) return { missesPerToken: 0, gateMisses, upDownMisses, bundleMisses, accessesPerToken: accesses, hitRate: 1 };
+  const bundleRequests = new Float64Array(nLayer);
+  if (shape.slots >= N && shape.window === undefined) return { missesPerToken: 0, gateMisses, upDownMisses, bundleMisses, bundleRequests, requestsPerToken: 0, accessesPerToken: accesses, hitRate: 1 };
   // hot region: the clusters with the most firings (as NeuronCache.preload picks them)
   const C = shape.clusterSize;
   const perLayer = Math.ceil(nFF / C);
@@ -146,32 +172,46 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     w.sort((a, b) => b.f - a.f || a.k - b.k);
     for (const { k } of w.slice(0, Math.floor(shape.hotSlots / C))) hot[k] = 1;
   }
-  // cold candidates in buckets of similar firing rate, per layer
-  const count = new Float64Array(nLayer * BUCKETS);
-  const fireSum = new Float64Array(nLayer * BUCKETS);
+  // cold candidates in buckets of similar firing and false-flag rates, per layer
+  const bucketIndex = new Map<number, number>();
+  const layerOf: number[] = [];
+  const count: number[] = [];
+  const fireSum: number[] = [];
+  const flagSum: number[] = [];
   for (let l = 0; l < nLayer; l++) {
     for (let p = 0; p < nFF; p++) {
       if (hot[l * perLayer + Math.floor(p / C)]) continue;
-      const x = r.fire[l * nFF + p]!;
-      if (!(access(l, x) > 0)) continue;
-      const b = l * BUCKETS + bucketOf(x);
+      const i = l * nFF + p;
+      const x = r.fire[i]!;
+      const f = falseFlag(l, i);
+      if (!(access(x, f) > 0)) continue;
+      const key = (l * BUCKETS + bucketOf(x)) * FLAG_BINS + flagBinOf(f);
+      let b = bucketIndex.get(key);
+      if (b === undefined) {
+        bucketIndex.set(key, (b = count.length));
+        layerOf.push(l);
+        count.push(0);
+        fireSum.push(0);
+        flagSum.push(0);
+      }
       count[b]! += 1;
       fireSum[b]! += x;
+      flagSum[b]! += f;
     }
   }
   // what decides residency: a neuron's accesses (pinned gates: its firings; LLMFlash's window: its
   // flags), or with demotion its firings while its flags are what may miss
   const holdsFlags = !shape.gatesPinned && shape.window !== undefined;
-  /** P(no access that keeps the neuron in T tokens), T ≥ 1: its firings (a chain) and, if flags keep it, its false positives. */
-  const silent = (p: number, l: number, T: number) => {
+  /** P(no access that keeps the neuron in T tokens), T ≥ 1: its firings (a chain) and, if flags keep it, its false positives f. */
+  const silent = (p: number, f: number, l: number, T: number) => {
     const b = p * (1 - rhoOf[l]!);
-    return (1 - p) * Math.pow(1 - b, T - 1) * (holdsFlags ? Math.pow(1 - falseFlag(l, p), T) : 1);
+    return (1 - p) * Math.pow(1 - b, T - 1) * (holdsFlags ? Math.pow(1 - f, T) : 1);
   };
-  const occupancy = (p: number, l: number, T: number) => (T >= 1 ? 1 - silent(p, l, T) : T * (1 - silent(p, l, 1)));
+  const occupancy = (p: number, f: number, l: number, T: number) => (T >= 1 ? 1 - silent(p, f, l, T) : T * (1 - silent(p, f, l, 1)));
   const cap = shape.window ?? Infinity;
   const held = (T: number) => {
     let s = 0;
-    for (let b = 0; b < count.length; b++) if (count[b]) s += count[b]! * occupancy(fireSum[b]! / count[b]!, Math.floor(b / BUCKETS), Math.min(T, cap));
+    for (let b = 0; b < count.length; b++) s += count[b]! * occupancy(fireSum[b]! / count[b]!, flagSum[b]! / count[b]!, layerOf[b]!, Math.min(T, cap));
     return s;
   };
   let T = Infinity;
@@ -191,18 +231,17 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
   T = Math.min(T, cap);
   let accessMisses = 0;
   for (let b = 0; b < count.length; b++) {
-    if (!count[b]) continue;
-    const l = Math.floor(b / BUCKETS);
+    const l = layerOf[b]!;
     const p = fireSum[b]! / count[b]!;
-    const f = falseFlag(l, p);
+    const f = flagSum[b]! / count[b]!;
     const fireNext = p * (1 - rhoOf[l]!); // P(fire | the token before was silent)
     const flagNext = fireNext + (1 - fireNext) * f;
     // per neuron: the accesses (at `next` after a silent token, `rate` in all) that come after T
     // tokens that did not keep it; T < 1 (the cache holds a share T of a token's accesses): from
     // every access missing at T = 0 to those after one silent token at T = 1
-    const missed = (next: number, rate: number) => (T === Infinity ? 0 : T >= 1 ? silent(p, l, T) * next : rate - T * (rate - silent(p, l, 1) * next));
+    const missed = (next: number, rate: number) => (T === Infinity ? 0 : T >= 1 ? silent(p, f, l, T) * next : rate - T * (rate - silent(p, f, l, 1) * next));
     const fireMiss = count[b]! * missed(fireNext, p);
-    const flagMiss = count[b]! * missed(flagNext, access(l, p));
+    const flagMiss = count[b]! * missed(flagNext, access(p, f));
     if (shape.window !== undefined) {
       bundleMisses[l]! += flagMiss;
       accessMisses += flagMiss;
@@ -215,7 +254,28 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
       accessMisses += flagMiss;
     }
   }
+  if (shape.window !== undefined && T !== Infinity) {
+    // runs of consecutive missing positions, neuron by neuron in pack order (the same miss
+    // probability as its bucket's formula, with its own rates)
+    for (let l = 0; l < nLayer; l++) {
+      let before = 0;
+      let runs = 0;
+      for (let i = l * nFF; i < (l + 1) * nFF; i++) {
+        const p = r.fire[i]!;
+        const f = falseFlag(l, i);
+        const fireNext = p * (1 - rhoOf[l]!);
+        const m = Math.min(1, T >= 1 ? silent(p, f, l, T) * (fireNext + (1 - fireNext) * f) : access(p, f) - T * (access(p, f) - silent(p, f, l, 1) * (fireNext + (1 - fireNext) * f)));
+        runs += m * (1 - before);
+        before = m;
+      }
+      bundleRequests[l] = runs;
+    }
+  }
   let misses = 0;
-  for (let l = 0; l < nLayer; l++) misses += gateMisses[l]! + upDownMisses[l]! + bundleMisses[l]!;
-  return { missesPerToken: misses, gateMisses, upDownMisses, bundleMisses, accessesPerToken: accesses, hitRate: accesses > 0 ? 1 - accessMisses / accesses : 1 };
+  let requests = 0;
+  for (let l = 0; l < nLayer; l++) {
+    misses += gateMisses[l]! + upDownMisses[l]! + bundleMisses[l]!;
+    requests += gateMisses[l]! + upDownMisses[l]! + bundleRequests[l]!;
+  }
+  return { missesPerToken: misses, gateMisses, upDownMisses, bundleMisses, bundleRequests, requestsPerToken: requests, accessesPerToken: accesses, hitRate: accesses > 0 ? 1 - accessMisses / accesses : 1 };
 }

@@ -189,7 +189,9 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   for (let l = 0; l < nLayer; l++) {
     batch(fc.gateMisses[l]!, pack.gateBlock);
     batch(fc.upDownMisses[l]!, pack.upDownBlock);
-    batch(fc.bundleMisses[l]!, pack.bundleBytes);
+    // the window cache's runs of bundles: fewer, longer requests
+    const runs = fc.bundleRequests[l]!;
+    if (runs > 0) batch(runs, (fc.bundleMisses[l]! / runs) * pack.bundleBytes);
   }
   const reads = throughput + requests * cal.requestUs;
   // reads ahead (inline, pinned gate rows): every layer also runs the predictor of a layer ahead,
@@ -227,7 +229,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     total,
     tokPerSec: 1e6 / total,
     bottleneck,
-    readsPerToken: fc.missesPerToken,
+    readsPerToken: fc.requestsPerToken,
     readBytesPerToken: readBytes,
     flagged,
     fired,

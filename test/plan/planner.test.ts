@@ -106,6 +106,8 @@ describe("cache model", () => {
     // LLMFlash: plenty of slots, window 1: a neuron is there only if it was used last token
     const w = forecastCache(rates([0.5, 0.25, 0.1]), { slots: 100, hotSlots: 0, clusterSize: 1, gatesPinned: false, window: 1 });
     expect(w.bundleMisses[0]).toBeCloseTo(0.5 * 0.5 + 0.25 * 0.75 + 0.1 * 0.9, 4);
+    // a run of consecutive missing positions is one request: Σ m_i·(1 − m_(i−1))
+    expect(w.requestsPerToken).toBeCloseTo(0.25 + 0.1875 * (1 - 0.25) + 0.09 * (1 - 0.1875), 4);
   });
 
   it("skewed rates: within 5% of a simulated LRU cache under independent accesses", () => {
@@ -142,6 +144,47 @@ describe("cache model: firings that persist from token to token", () => {
     expect(fired / 4000 / fire.reduce((a, b) => a + b, 0)).toBeCloseTo(1, 1); // the chain keeps rate p
     expect(Math.abs(model.missesPerToken / simulated - 1)).toBeLessThan(0.05);
     expect(model.missesPerToken).toBeLessThan(0.85 * independent.missesPerToken);
+  });
+});
+
+describe("cache model: false positives as the trainer measured them", () => {
+  it("LLMFlash's window with false flags spread evenly: within 5% of a simulated window cache, where the proportional rule is off by more than 20%", () => {
+    // every neuron flagged on 3% of the tokens it does not fire on, whatever its rate; window 5
+    const n = 512;
+    const w = 5;
+    const fire = Array.from({ length: n }, (_, i) => Math.min(0.9, 0.5 / Math.pow(i + 1, 0.9)));
+    const falseFlag = new Float32Array(n).fill(0.03);
+    const flagged = fire.reduce((a, p) => a + p + 0.03 * (1 - p), 0);
+    const firedSum = fire.reduce((a, b) => a + b, 0);
+    const measured: ProfileRates = { ...rates(fire), falseFlag, flaggedPerToken: flagged };
+    const shape = { slots: n, hotSlots: 0, clusterSize: 1, gatesPinned: false, window: w };
+    const forecast = forecastCache(measured, shape);
+    const model = forecast.missesPerToken;
+    // the rule with the same flagged/fired ratio puts the false flags on the frequent neurons
+    const rule = forecastCache(rates(fire, flagged / firedSum), shape).missesPerToken;
+    const rnd = lcg(5);
+    const lastUse = new Float64Array(n).fill(-Infinity);
+    let misses = 0;
+    let runs = 0;
+    const T = 4000;
+    for (let t = 0; t < T; t++) {
+      let before = false; // neuron i − 1 missed this token (a read in progress)
+      for (let i = 0; i < n; i++) {
+        const used = rnd() < fire[i]! || rnd() < 0.03;
+        const miss = used && t - lastUse[i]! > w;
+        if (miss && t >= 500) {
+          misses++;
+          if (!before) runs++;
+        }
+        before = miss;
+        if (used) lastUse[i] = t;
+      }
+    }
+    const simulated = misses / (T - 500);
+    expect(Math.abs(model / simulated - 1)).toBeLessThan(0.05);
+    expect(Math.abs(forecast.requestsPerToken / (runs / (T - 500)) - 1)).toBeLessThan(0.05);
+    expect(forecast.requestsPerToken).toBeLessThan(model); // runs merge
+    expect(Math.abs(rule / simulated - 1)).toBeGreaterThan(0.2);
   });
 });
 
