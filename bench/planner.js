@@ -21,7 +21,7 @@
 // fractions, its grid, Fig. 9; all by default)
 // Decode speed = tokens/s of sampled generations (seeded; greedy decoding of the small model
 // falls into loops that read nothing), median of 5 after a warm-up (the 7B: of 2), one model at a
-// time; predicted vs measured takes the median of 3 rounds over the budgets.
+// time; predicted vs measured takes the median of rounds over the budgets (5 for the default model, 3 for the 7B).
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -47,13 +47,14 @@ const { packPlannerInput, machineForPlan } = await import(pathToFileURL(join(roo
 const log = (s) => process.stderr.write(`[planner] ${s}\n`);
 const MiB = 2 ** 20;
 
-/** Median decode tok/s of 3 sampled generations after a warm-up, and the plan the model was loaded with. */
+/** Median decode tok/s of `reps` sampled generations after a warm-up, the plan the model was loaded with, and its prediction at the timed tokens' mean position. */
 async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
   const model = await np.loadModel(path, { contextSize: ctx, ...opts });
   const s = model.createSession({ contextSize: ctx });
   const runs = [];
   let reads = 0;
   let counted = 0;
+  const promptLength = model.tokenizer.encode("The whale swam").length;
   try {
     for (let rep = -1; rep < reps; rep++) {
       s.reset();
@@ -81,7 +82,11 @@ async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
   }
   runs.sort((a, b) => a - b);
   const p = model.plan;
-  return { tokPerSec: runs[(runs.length - 1) >> 1], runs, readsPerToken: counted ? reads / counted : 0, knobs: p?.knobs, overrides: p?.overrides, predicted: p?.predicted.tokPerSec, predictedReads: p?.predicted.readsPerToken, bottleneck: p?.predicted.bottleneck };
+  // the plan predicts a token at position min(ctx, 128); the timed tokens decode at positions
+  // prompt … prompt + tokens − 2: predict the same knobs at their mean position
+  const position = promptLength + (tokens - 2) / 2;
+  const atMean = p && planner.makePlan(packPlannerInput(np.openPack(path), { contextSize: ctx }), machineForPlan(path), { memory: p.limits.memory ?? undefined, cores: p.limits.cores, contextSize: ctx, position }, p.knobs).predicted;
+  return { tokPerSec: runs[(runs.length - 1) >> 1], runs, readsPerToken: counted ? reads / counted : 0, knobs: p?.knobs, overrides: p?.overrides, position, predicted: atMean?.tokPerSec, predictedReads: atMean?.readsPerToken, bottleneck: atMean?.bottleneck, predictedAtPlanPosition: p?.predicted.tokPerSec };
 }
 
 const GRID = [];
@@ -120,7 +125,7 @@ async function grid(path, budget, o, configs = GRID) {
 }
 
 /**
- * Predicted against measured at 25/50/75/100% of the FFN: three rounds over the four budgets, each
+ * Predicted against measured at 25/50/75/100% of the FFN: rounds (o.rounds, default 3) over the four budgets, each
  * budget's median (this machine's speed drifts by more than the model's errors between minutes,
  * so the budgets are measured alternately, not one after the other).
  */
@@ -128,12 +133,13 @@ async function fractionRounds(name, path, o) {
   const fractions = [0.25, 0.5, 0.75, 1];
   const budgets = fractions.map((f) => fractionBudget(path, f, o.ctx));
   const runs = fractions.map(() => []);
-  for (let round = 0; round < 3; round++) for (let i = 0; i < fractions.length; i++) runs[i].push(await measure(path, { memory: budgets[i] }, o));
+  const rounds = o.rounds ?? 3;
+  for (let round = 0; round < rounds; round++) for (let i = 0; i < fractions.length; i++) runs[i].push(await measure(path, { memory: budgets[i] }, o));
   return fractions.map((f, i) => {
     const sorted = [...runs[i]].sort((a, b) => a.tokPerSec - b.tokPerSec);
-    const r = sorted[1];
+    const r = sorted[rounds >> 1];
     const digits = r.tokPerSec < 100 ? 2 : 1;
-    log(`${name}, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(digits)} tok/s (median of 3 rounds: ${runs[i].map((x) => x.tokPerSec.toFixed(digits)).join(", ")}), predicted ${r.predicted.toFixed(digits)} (${((100 * (r.predicted - r.tokPerSec)) / r.tokPerSec).toFixed(0)}%), reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
+    log(`${name}, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(digits)} tok/s (median of ${rounds} rounds: ${runs[i].map((x) => x.tokPerSec.toFixed(digits)).join(", ")}), predicted ${r.predicted.toFixed(digits)} (${((100 * (r.predicted - r.tokPerSec)) / r.tokPerSec).toFixed(0)}%), reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
     return { ffn: f, budget: budgets[i] ?? null, ...r, rounds: runs[i].map((x) => x.tokPerSec), error: r.predicted / r.tokPerSec - 1 };
   });
 }
@@ -154,7 +160,8 @@ if (defaultAll || parts.has("default-fractions")) {
     const r = spawnSync(process.execPath, [join(rootDir, "bin", "neuronpipe.js"), "pack"], { stdio: "inherit" });
     if (r.status !== 0) throw new Error("neuronpipe pack failed");
   }
-  const o = { tokens: Number(v.tokens), ctx: 256 };
+  // 5 rounds: a small model's speed swings by a quarter between seconds on this machine
+  const o = { tokens: Number(v.tokens), ctx: 256, rounds: 5 };
   const out = results.defaultModel;
   out.fractions = await fractionRounds("default model", packPath, o);
   if (defaultAll) {

@@ -34,7 +34,11 @@ export interface PlanLimits {
   /** Context the one session reserves (KV cache). */
   contextSize?: number;
   predictor?: "trained" | "oracle";
+  /** The context position the predicted token is decoded at (default min(contextSize, 128)): attention reads the KV cache up to it. */
+  position?: number;
 }
+
+const positionOf = (limits: PlanLimits) => limits.position ?? Math.min(limits.contextSize ?? 2048, 128);
 
 export interface ExecutionPlan {
   format: "neuronpipe.plan";
@@ -85,7 +89,7 @@ export function plannerInput(pack: Pack, optionsFor: PlanOptionsFor, predictor: 
 function candidates(inp: PlannerInput, m: MachineBounds, limits: PlanLimits, fixed: Partial<PlanKnobs> = {}): { fit: Candidate[]; refused: number; firstError?: unknown } {
   const budget = limits.memory ?? UNBOUNDED;
   const { pack } = inp;
-  const position = Math.min(limits.contextSize ?? 2048, 128);
+  const position = positionOf(limits);
   const fit: Candidate[] = [];
   let refused = 0;
   let firstError: unknown;
@@ -167,7 +171,7 @@ function toPlan(inp: PlannerInput, m: MachineBounds, limits: PlanLimits, c: Cand
       hotClusters: c.mem.hotFrames,
       readAheadNeurons: c.knobs.readAhead,
     },
-    predicted: { ...c.time, position: Math.min(limits.contextSize ?? 2048, 128) },
+    predicted: { ...c.time, position: positionOf(limits) },
     candidates: count,
     refused,
   };

@@ -17,9 +17,14 @@ import { writePack } from "../sparse/pack/write.js";
 import type { DecoderCalibration, MachineBounds } from "../plan/machine.js";
 import { PIPELINE_OVERLAP, tokenTime } from "../plan/time-model.js";
 import { shippedFile } from "../util/package-files.js";
+import { createTokenizer } from "../tokenizer/index.js";
+import { vocabFromGGUF } from "../model/vocab.js";
 
 const DECODERS = ["inline", "pipeline", "blocking"] as const;
 const CONTEXT = 256;
+const PROMPT = "The whale";
+/** Tokens timed per generation. */
+const TOKENS = 64;
 
 /** The shipped model's pack: models/neuronpipe-default.pack.gguf when built, else one written once into `cacheDir`. */
 export async function calibrationPack(cacheDir: string): Promise<string> {
@@ -31,8 +36,10 @@ export async function calibrationPack(cacheDir: string): Promise<string> {
   return out;
 }
 
+type DecodeOptions = NonNullable<Parameters<typeof loadModel>[1]>;
+
 /** µs per decode token: the median of 5 sampled generations of `tokens` (seeded; greedy decoding of a small model falls into loops that read nothing) after a 64-token warm-up. */
-async function decodeUs(path: string, o: Parameters<typeof loadModel>[1], tokens: number): Promise<number> {
+async function decodeUs(path: string, o: DecodeOptions, tokens: number): Promise<number> {
   const model = await loadModel(path, { ...o, contextSize: CONTEXT, plan: false });
   const s = model.createSession({ contextSize: CONTEXT });
   const runs: number[] = [];
@@ -42,7 +49,7 @@ async function decodeUs(path: string, o: Parameters<typeof loadModel>[1], tokens
       let n = 0;
       let t0 = 0;
       let t1 = 0;
-      for await (const _ of s.generate("The whale", { maxTokens: rep < 0 ? 64 : tokens, seed: rep + 1 })) {
+      for await (const _ of s.generate(PROMPT, { maxTokens: rep < 0 ? 64 : tokens, seed: rep + 1 })) {
         t1 = performance.now();
         if (++n === 1) t0 = t1;
       }
@@ -55,11 +62,35 @@ async function decodeUs(path: string, o: Parameters<typeof loadModel>[1], tokens
   return runs.sort((a, b) => a - b)[2]!;
 }
 
+/** Rounds of every calibration run, interleaved (after one round not counted): this machine's speed drifts for seconds at a time, so each run's median comes from several moments. */
+const ROUNDS = 3;
+/** Decodes the calibration runs (14 runs: 6 inline, 4 pipeline, 4 blocking, each ROUNDS + 1 times): the probe's progress bar counts them. */
+export const CALIBRATION_STEPS = 14 * (ROUNDS + 1);
+
 /** Fit each decoder's costs on the shipped pack (a few seconds). */
 export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onStep?: (what: string) => void): Promise<NonNullable<MachineBounds["decoders"]>> {
   const path = await calibrationPack(cacheDir);
+  // first pass: list the runs the fit needs; then measure them in interleaved rounds; then fit
+  const wanted = new Map<string, { o: DecodeOptions; what: string }>();
+  await fitDecoders(m, path, async (o, what) => (wanted.set(JSON.stringify(o), { o, what }), 1));
+  const times = new Map<string, number[]>();
+  for (let round = 0; round <= ROUNDS; round++) {
+    for (const [key, { o, what }] of wanted) {
+      onStep?.(`${what} (round ${round + 1} of ${ROUNDS + 1})`);
+      const us = await decodeUs(path, o, TOKENS);
+      if (round > 0) times.set(key, [...(times.get(key) ?? []), us]);
+    }
+  }
+  const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1]!;
+  return fitDecoders(m, path, async (o) => median(times.get(JSON.stringify(o))!));
+}
+
+/** The fit from measured µs per token of each run (`measure`). */
+async function fitDecoders(m: MachineBounds, path: string, measure: (o: DecodeOptions, what: string) => Promise<number>): Promise<NonNullable<MachineBounds["decoders"]>> {
   const pack = openPack(path);
   const threads = Math.max(...m.memory.map((x) => x.threads));
+  // the timed tokens decode at positions prompt … prompt + TOKENS − 2: modelled at their mean
+  const position = createTokenizer(vocabFromGGUF(pack.file)).encode(PROMPT).length + (TOKENS - 2) / 2;
   const out: NonNullable<MachineBounds["decoders"]> = {};
   for (const decoder of DECODERS) {
     const runs: NonNullable<DecoderCalibration["runs"]> = [];
@@ -68,9 +99,8 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onSt
     for (const predictor of ["trained", "oracle"] as const) {
       const inp = input(predictor);
       const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, sparsePlanOptions(pack, decoder, Number.MAX_SAFE_INTEGER, { contextSize: CONTEXT, predictor }));
-      const t = tokenTime(inp.shape, mem, uncalibrated, { decoder, threads, queueDepth: 32, readAhead: false, position: 64, window: 5 });
-      onStep?.(`${decoder} decoder, ${predictor} predictor`);
-      const measured = await decodeUs(path, { decoder, predictor, threads }, 64);
+      const t = tokenTime(inp.shape, mem, uncalibrated, { decoder, threads, queueDepth: 32, readAhead: false, position, window: 5 });
+      const measured = await measure({ decoder, predictor, threads }, `${decoder} decoder, ${predictor} predictor`);
       runs.push({ flagged: t.flagged, measuredUs: measured, modelledUs: t.total });
     }
     // two runs, two unknowns: measured − modelled = n_layer·a + flagged·b
@@ -87,9 +117,8 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onSt
     for (const f of [0.25, 0.5]) {
       const budget = budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: CONTEXT }));
       const mem = planMemory(pack, budget, sparsePlanOptions(pack, decoder, budget, { contextSize: CONTEXT }));
-      const t = tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: { ...fit, requestUs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position: 64, window: 5 });
-      onStep?.(`${decoder} decoder with reads (${100 * f}% resident)`);
-      const measured = await decodeUs(path, { decoder, threads, memory: budget }, 64);
+      const t = tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: { ...fit, requestUs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position, window: 5 });
+      const measured = await measure({ decoder, threads, memory: budget }, `${decoder} decoder with reads (${100 * f}% resident)`);
       runs.push({ flagged: t.flagged, measuredUs: measured, modelledUs: t.total });
       const compute = t.attention + t.predictor + t.gate + t.upDown + t.output + t.host;
       // the pipeline's reads overlap its compute (they bound the token when they exceed it); the
@@ -108,13 +137,12 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onSt
       // look-ahead still predicts, computes and chooses when nothing is left to read)
       const withAhead: number[] = [];
       for (const readAhead of [128, 0]) {
-        onStep?.(`inline decoder, reads ahead ${readAhead ? "on" : "off"}`);
-        withAhead.push(await decodeUs(path, { decoder, threads, pinGates: true, readAhead }, 64));
+        withAhead.push(await measure({ decoder, threads, pinGates: true, readAhead }, `inline decoder, reads ahead ${readAhead ? "on" : "off"}`));
       }
       const inp = input("trained");
       const opts = (readAhead: number) => sparsePlanOptions(pack, decoder, Number.MAX_SAFE_INTEGER, { contextSize: CONTEXT, pinGates: true, readAhead });
       const t = (readAhead: number) =>
-        tokenTime(inp.shape, planMemory(pack, Number.MAX_SAFE_INTEGER, opts(readAhead)), { ...m, decoders: { inline: { ...fit, aheadNeuronNs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: readAhead > 0, position: 64, window: 5 });
+        tokenTime(inp.shape, planMemory(pack, Number.MAX_SAFE_INTEGER, opts(readAhead)), { ...m, decoders: { inline: { ...fit, aheadNeuronNs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: readAhead > 0, position, window: 5 });
       const modelled = t(128).total - t(0).total;
       fit.aheadNeuronNs = Math.max(0, ((withAhead[0]! - withAhead[1]! - modelled) / t(128).flagged) * 1e3);
       runs.push({ flagged: t(128).flagged, measuredUs: withAhead[0]!, modelledUs: t(128).total }, { flagged: t(0).flagged, measuredUs: withAhead[1]!, modelledUs: t(0).total });

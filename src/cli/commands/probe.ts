@@ -6,7 +6,7 @@ import { cachedMachine, machineCachePath, type MachineBounds } from "../../plan/
 import { dirname } from "node:path";
 import { keepMachine } from "../../plan/machine.js";
 import { probeMachine } from "../../plan/probe.js";
-import { calibrateDecoders } from "../../tools/calibrate.js";
+import { CALIBRATION_STEPS, calibrateDecoders } from "../../tools/calibrate.js";
 import { UsageError, type Command } from "../command.js";
 import { progressBar } from "../progress.js";
 
@@ -30,7 +30,7 @@ export const probe: Command = {
       const bar = v.json ? undefined : progressBar("probing");
       b = await probeMachine({ diskFile: file, onProgress: bar && ((d, t) => bar(d, t)) });
       // the decoders' own costs, on the shipped model (tools/calibrate.ts)
-      const steps = 14;
+      const steps = CALIBRATION_STEPS;
       let done = 0;
       const cal = v.json ? undefined : progressBar("calibrating the decoders");
       b.decoders = await calibrateDecoders(b, dirname(machineCachePath()), () => cal?.(++done, steps));
