@@ -136,6 +136,8 @@ export interface NativeAddon {
   gatedAct(kind: number, gate: number, gateOff: number, up: number, upOff: number, out: number, outOff: number, n: number): void;
   /** out = a + b, elementwise over n (out may alias a). */
   add(a: number, aOff: number, b: number, bOff: number, out: number, outOff: number, n: number): void;
+  /** The positions p < n with scores[p] > thresholds[p], ascending, as int32 into out; returns how many. */
+  flagAbove(scores: number, scoresOff: number, thresholds: number, thresholdsOff: number, n: number, out: number, outOff: number): number;
   /**
    * Store K/V rows for positions pos0..pos0+nTok-1 into a cache (kvType F32 or F16) laid out
    * (ctx, nHeadKv*headDim); src is (nTok, nHeadKv*headDim) f32.

@@ -670,6 +670,24 @@ Napi::Value Add(const Napi::CallbackInfo& info) {
   return Undef(info);
 }
 
+// flagAbove(scores, sOff, thresholds, tOff, n, out, outOff) -> count: the positions p with
+// scores[p] > thresholds[p], ascending, into out (int32). A linear predictor's decision: one call
+// where a JS loop over n_ff cost more than the predictor's two matvecs.
+Napi::Value FlagAbove(const Napi::CallbackInfo& info) {
+  Ctx c{info, "flagAbove", {}};
+  c.argc(7);
+  const int64_t sOff = c.idx(1, "scoresOff"), tOff = c.idx(3, "thresholdsOff"), n = c.idx(4, "n"), oOff = c.idx(6, "outOff");
+  const float* s = (const float*)c.span(0, "scores", sOff, (double)n * 4, 4);
+  const float* t = (const float*)c.span(2, "thresholds", tOff, (double)n * 4, 4);
+  int32_t* out = (int32_t*)c.span(5, "out", oOff, (double)n * 4, 4);
+  int64_t m = 0;
+  for (int64_t p = 0; p < n; p++) {
+    out[m] = (int32_t)p;
+    m += s[p] > t[p];  // branch-free: the store is overwritten until a flag keeps it
+  }
+  return Napi::Number::New(info.Env(), (double)m);
+}
+
 Napi::Value KvStore(const Napi::CallbackInfo& info) {
   Ctx c{info, "kvStore", {}};
   c.argc(9);
@@ -751,6 +769,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   def("softmax", Softmax);
   def("gatedAct", GatedAct);
   def("add", Add);
+  def("flagAbove", FlagAbove);
   def("kvStore", KvStore);
   def("attention", Attention);
   np::io::RegisterIo(env, exports);  // openLoader, loaderInfo, closeLoader, readBatch

@@ -86,6 +86,33 @@ describe.each(supportedLevels())("determinism on %s", (level) => {
     });
   }
 
+  // short Q8_0 rows (a linear predictor's fc2: 16 rows per group, reduced together): 2 and 3
+  // blocks, 11,008 rows split across threads at points that are not multiples of 16
+  for (const cols of [64, 96]) {
+    it(`matvec, matvecRows Q8_0 short rows (cols ${cols})`, () => {
+      N.setSimd(level);
+      const t = GGMLType.Q8_0;
+      const rows = 11008;
+      const { id: w } = makeWeights(t, rows, cols, 910 + cols);
+      const x = bufF32(randF32(cols, 911));
+      const [a, b] = both(() => {
+        const y = bufBytes(rows * 4);
+        N.matvec(t, w, 0, rows, cols, x, 0, y, 0);
+        return readF32(y, rows);
+      });
+      bitsEqual(a, b, `matvec Q8_0 cols ${cols}`);
+      const ids = Array.from({ length: 3001 }, (_, i) => (i * 37) % rows);
+      const idx = bufI32(ids);
+      const [c, d] = both(() => {
+        const y = bufBytes(ids.length * 4);
+        N.matvecRows(t, w, 0, rows, cols, idx, 0, ids.length, x, 0, y, 0);
+        return readF32(y, ids.length);
+      });
+      bitsEqual(c, d, `matvecRows Q8_0 cols ${cols}`);
+      bitsEqual(c, Float32Array.from(ids, (r) => a[r]!), "matvecRows == matvec rows");
+    });
+  }
+
   for (const kvType of [GGMLType.F32, GGMLType.F16]) {
     it(`attention ${NAME[kvType]}`, () => {
       N.setSimd(level);

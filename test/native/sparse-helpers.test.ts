@@ -619,3 +619,27 @@ describe("residentBytes", () => {
     expect(() => N.residentBytes(id)).toThrow(RangeError);
   });
 });
+
+describe("flagAbove (a linear predictor's decision)", () => {
+  it("the positions whose score is above their threshold, ascending, against a plain filter; ties and NaN are not above", () => {
+    const r = rng(77);
+    const n = 11008;
+    const s = Float32Array.from({ length: n }, () => r() - 0.5);
+    const t = Float32Array.from({ length: n }, () => (r() - 0.5) * 0.5);
+    s[5] = t[5]!; // equal: not above
+    s[9] = NaN;
+    const out = bufBytes(n * 4);
+    const count = N.flagAbove(bufF32(s), 0, bufF32(t), 0, n, out, 0);
+    const want: number[] = [];
+    for (let p = 0; p < n; p++) if (s[p]! > t[p]!) want.push(p);
+    expect(count).toBe(want.length);
+    expect(Array.from(N.viewI32(out, 0, count))).toEqual(want);
+    expect(want).not.toContain(5);
+    expect(want).not.toContain(9);
+  });
+
+  it("refuses an output shorter than n, naming it", () => {
+    const s = bufF32(new Float32Array(64));
+    expect(() => N.flagAbove(s, 0, s, 0, 64, bufBytes(60 * 4), 0)).toThrow(/flagAbove.*out/);
+  });
+});

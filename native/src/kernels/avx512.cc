@@ -209,6 +209,71 @@ inline void dotQ8(const uint8_t* const* rows, const uint8_t* const* next, int64_
   for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + hsum256(tail[r]);
 }
 
+// Short Q8_0 rows (at most kShortBlocks blocks: a linear predictor's fc2, rank <= 256): a
+// per-row horizontal sum costs more than such a row's dot, so 16 rows go together and their
+// 16 accumulators are reduced at once (three shuffle-and-add stages and one lane permutation).
+// Lanes never mix rows: a row's result does not depend on which rows share its group.
+constexpr int64_t kShortBlocks = 8;
+
+inline void dotQ8Short16(const uint8_t* const* rows, int64_t nb, const Act& x, float* out) {
+  const __m512i flip2 = _mm512_set1_epi8((char)0x80);
+  __m512 acc[16];
+  #pragma GCC unroll 16
+  for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m512i xq = _mm512_load_si512(x.qs + b * QK);
+    const __m512i cv = _mm512_load_si512(x.corrv + b * 8);
+    const __m512 dv = _mm512_load_ps(x.dv + b * 8);
+    #pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
+      __m512i w = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
+      w = _mm512_xor_si512(w, flip2);
+      const __m512i s = _mm512_dpbusd_epi32(cv, w, xq);
+      const __m256i dh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)blk[0].d)),
+                                                 _mm_set1_epi16((short)blk[1].d), 1);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_cvtph_ps(dh), dv), acc[r]);
+    }
+  }
+  if (b < nb) {  // odd block count: the last block on 256 bits, added to lanes 0-7
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + b * QK));
+    const __m256i corr = _mm256_set1_epi32(x.corr8[b]);
+    const __m256 dx = _mm256_set1_ps(x.d[b]);
+    #pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
+      const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)), flip);
+      const __m256i s = _mm256_dpbusd_epi32(corr, w, xq);
+      const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16((short)blk->d));
+      acc[r] = _mm512_add_ps(acc[r], _mm512_zextps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx))));
+    }
+  }
+  // 16 vectors -> lane r = the sum of acc[r]'s lanes. a_i: 128-bit quarters [2i: q0+q2, q1+q3 | 2i+1: …]
+  __m512 a[8];
+  #pragma GCC unroll 8
+  for (int i = 0; i < 8; i++)
+    a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // c_j: quarter q holds 4 partial sums of row 4j + q
+  __m512 c[4];
+  #pragma GCC unroll 4
+  for (int j = 0; j < 4; j++)
+    c[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // within each quarter: e lane (4q + j) = the sum of row 4j + q
+  const __m512 d01 = _mm512_add_ps(_mm512_unpacklo_ps(c[0], c[1]), _mm512_unpackhi_ps(c[0], c[1]));
+  const __m512 d23 = _mm512_add_ps(_mm512_unpacklo_ps(c[2], c[3]), _mm512_unpackhi_ps(c[2], c[3]));
+  const __m512 e = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(d01), _mm512_castps_pd(d23))),
+                                 _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(d01), _mm512_castps_pd(d23))));
+  // lane r of the result is row r = 4j + q, found at lane 4q + j
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, e));
+}
+
 template <bool F16>
 inline __m512 loadW(const uint8_t* row, int64_t j) {
   if (F16) return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
@@ -257,6 +322,18 @@ inline void dotGroup(int type, const uint8_t* const* rows, const uint8_t* const*
 void dotRows(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t k0, int64_t k1, int64_t cols,
              const Act& x, float* y) {
   auto rowAt = [&](int64_t k) { return W + (size_t)(idx ? idx[std::min(k, k1 - 1)] : std::min(k, k1 - 1)) * rowBytes; };
+  if (type == T_Q8_0 && cols / QK <= kShortBlocks) {
+    // every row through the 16-row kernel (the last group repeats row k1 - 1), so a row's bits
+    // do not depend on where a chunk starts
+    const uint8_t* rows16[16];
+    alignas(64) float tmp[16];
+    for (int64_t k = k0; k < k1; k += 16) {
+      for (int r = 0; r < 16; r++) rows16[r] = rowAt(k + r);
+      dotQ8Short16(rows16, cols / QK, x, tmp);
+      std::memcpy(y + (k - k0), tmp, (size_t)std::min<int64_t>(16, k1 - k) * sizeof(float));
+    }
+    return;
+  }
   const uint8_t* rows[4];
   const uint8_t* next[4];
   int64_t k = k0;

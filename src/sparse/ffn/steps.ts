@@ -50,8 +50,6 @@ export class FfnSteps {
   private readonly gateV: Float32Array;
   private readonly gA: Float32Array;
   private readonly slotOf?: Int32Array;
-  /** Per layer: the linear predictor's thresholds (views made on first use). */
-  private readonly thresholds: Float32Array[] = [];
   /** (nLayer·nFF) the slot of each neuron, or -1 (the cache's table). */
   readonly slotTable: Int32Array;
 
@@ -93,9 +91,7 @@ export class FfnSteps {
       const h = pr.hidden[layer]!;
       this.n.matvec(pr.type, pr.buf, pr.fc1[layer]!, h, L.dim, t.buf, t.xb, L.scratch, L.off.pHidden);
       this.n.matvec(pr.type, pr.buf, pr.fc2[layer]!, nFF, h, L.scratch, L.off.pHidden, L.scratch, L.off.scores);
-      const thr = (this.thresholds[layer] ??= this.n.viewF32(pr.buf, pr.thresholds[layer]!, nFF));
-      for (let p = 0; p < nFF; p++) if (s[p]! > thr[p]!) P[nP++] = p;
-      return nP;
+      return this.n.flagAbove(L.scratch, L.off.scores, pr.buf, pr.thresholds[layer]!, nFF, L.scratch, L.off.P);
     }
     this.n.predictorScores(pr.buf, pr.fc1[layer]!, pr.buf, pr.fc2[layer]!, L.dim, pr.hidden[layer]!, nFF, t.buf, t.x, 1, L.scratch, L.off.scores);
     const thr = pr.threshold[layer]!;
