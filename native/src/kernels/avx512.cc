@@ -159,9 +159,16 @@ inline void dotQ4(const uint8_t* const* rows, const uint8_t* const* next, int64_
   for (int r = 0; r < R; r++) out[r] = hsum256(acc[r]);
 }
 
+// A Q8_0 row's last block when the count is odd, on 256 bits: 8 lanes of its scaled partial dot.
+inline __m256 lastBlockQ8(const BlockQ8_0* blk, __m256i xq, __m256i corr, __m256 dx) {
+  const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)), _mm256_set1_epi8((char)0x80));
+  const __m256i s = _mm256_dpbusd_epi32(corr, w, xq);
+  const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16((short)blk->d));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx));
+}
+
 template <int R>
 inline void dotQ8(const uint8_t* const* rows, const uint8_t* const* next, int64_t nb, const Act& x, float* out) {
-  const __m256i flip = _mm256_set1_epi8((char)0x80);
   const __m512i flip2 = _mm512_set1_epi8((char)0x80);
   __m512 acc[R];
   #pragma GCC unroll 16
@@ -197,13 +204,7 @@ inline void dotQ8(const uint8_t* const* rows, const uint8_t* const* next, int64_
     const __m256i corr = _mm256_set1_epi32(x.corr8[b]);
     const __m256 dx = _mm256_set1_ps(x.d[b]);
     #pragma GCC unroll 16
-    for (int r = 0; r < R; r++) {
-      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
-      const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)), flip);
-      const __m256i s = _mm256_dpbusd_epi32(corr, w, xq);
-      const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16((short)blk->d));
-      tail[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx));
-    }
+    for (int r = 0; r < R; r++) tail[r] = lastBlockQ8(reinterpret_cast<const BlockQ8_0*>(rows[r]) + b, xq, corr, dx);
   }
   #pragma GCC unroll 16
   for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + hsum256(tail[r]);
@@ -239,18 +240,12 @@ inline void dotQ8Short16(const uint8_t* const* rows, int64_t nb, const Act& x, f
     }
   }
   if (b < nb) {  // odd block count: the last block on 256 bits, added to lanes 0-7
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
     const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + b * QK));
     const __m256i corr = _mm256_set1_epi32(x.corr8[b]);
     const __m256 dx = _mm256_set1_ps(x.d[b]);
     #pragma GCC unroll 16
-    for (int r = 0; r < 16; r++) {
-      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
-      const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs)), flip);
-      const __m256i s = _mm256_dpbusd_epi32(corr, w, xq);
-      const __m256 dw = _mm256_cvtph_ps(_mm_set1_epi16((short)blk->d));
-      acc[r] = _mm512_add_ps(acc[r], _mm512_zextps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx))));
-    }
+    for (int r = 0; r < 16; r++)
+      acc[r] = _mm512_add_ps(acc[r], _mm512_zextps256_ps512(lastBlockQ8(reinterpret_cast<const BlockQ8_0*>(rows[r]) + b, xq, corr, dx)));
   }
   // 16 vectors -> lane r = the sum of acc[r]'s lanes. a_i: 128-bit quarters [2i: q0+q2, q1+q3 | 2i+1: …]
   __m512 a[8];
