@@ -167,9 +167,20 @@ inline __m256 lastBlockQ8(const BlockQ8_0* blk, __m256i xq, __m256i corr, __m256
   return _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx));
 }
 
+// Two Q8_0 blocks of a row on 512 bits (lanes 0-7 block 0, 8-15 block 1), scaled and added to acc.
+inline __m512 pairFmaQ8(const BlockQ8_0* blk, __m512i xq, __m512i cv, __m512 dv, __m512 acc) {
+  __m512i w = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
+  w = _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
+  const __m512i s = _mm512_dpbusd_epi32(cv, w, xq);
+  const __m256i dh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)blk[0].d)),
+                                             _mm_set1_epi16((short)blk[1].d), 1);
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_cvtph_ps(dh), dv), acc);
+}
+
 template <int R>
 inline void dotQ8(const uint8_t* const* rows, const uint8_t* const* next, int64_t nb, const Act& x, float* out) {
-  const __m512i flip2 = _mm512_set1_epi8((char)0x80);
   __m512 acc[R];
   #pragma GCC unroll 16
   for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
@@ -185,15 +196,7 @@ inline void dotQ8(const uint8_t* const* rows, const uint8_t* const* next, int64_
     const __m512 dv = _mm512_load_ps(x.dv + b * 8);
     #pragma GCC unroll 16
     for (int r = 0; r < R; r++) {
-      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
-      __m512i w = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
-      w = _mm512_xor_si512(w, flip2);
-      const __m512i s = _mm512_dpbusd_epi32(cv, w, xq);
-      const __m256i dh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)blk[0].d)),
-                                                 _mm_set1_epi16((short)blk[1].d), 1);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_cvtph_ps(dh), dv), acc[r]);
+      acc[r] = pairFmaQ8(reinterpret_cast<const BlockQ8_0*>(rows[r]) + b, xq, cv, dv, acc[r]);
     }
   }
   __m256 tail[R];
@@ -217,7 +220,6 @@ inline void dotQ8(const uint8_t* const* rows, const uint8_t* const* next, int64_
 constexpr int64_t kShortBlocks = 8;
 
 inline void dotQ8Short16(const uint8_t* const* rows, int64_t nb, const Act& x, float* out) {
-  const __m512i flip2 = _mm512_set1_epi8((char)0x80);
   __m512 acc[16];
   #pragma GCC unroll 16
   for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
@@ -228,15 +230,7 @@ inline void dotQ8Short16(const uint8_t* const* rows, int64_t nb, const Act& x, f
     const __m512 dv = _mm512_load_ps(x.dv + b * 8);
     #pragma GCC unroll 16
     for (int r = 0; r < 16; r++) {
-      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(rows[r]) + b;
-      __m512i w = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].qs))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].qs)), 1);
-      w = _mm512_xor_si512(w, flip2);
-      const __m512i s = _mm512_dpbusd_epi32(cv, w, xq);
-      const __m256i dh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)blk[0].d)),
-                                                 _mm_set1_epi16((short)blk[1].d), 1);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(_mm512_cvtph_ps(dh), dv), acc[r]);
+      acc[r] = pairFmaQ8(reinterpret_cast<const BlockQ8_0*>(rows[r]) + b, xq, cv, dv, acc[r]);
     }
   }
   if (b < nb) {  // odd block count: the last block on 256 bits, added to lanes 0-7
