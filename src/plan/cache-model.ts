@@ -228,20 +228,25 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     }
     T = lo;
   }
-  T = Math.min(T, cap);
+  const kept = Math.min(T, cap); // tokens of history the cache keeps
+  /**
+   * A neuron's misses per token, of its firings and of its accesses (firing or flagged): the ones
+   * (at `next` after a silent token, `rate` in all) that come after `kept` tokens that did not keep
+   * it; kept < 1 (the cache holds a share of a token's accesses): from every access missing at 0
+   * to those after one silent token at 1.
+   */
+  const missesOf = (p: number, f: number, l: number): [fire: number, access: number] => {
+    const fireNext = p * (1 - rhoOf[l]!); // P(fire | the token before was silent)
+    const flagNext = fireNext + (1 - fireNext) * f;
+    const missed = (next: number, rate: number) => (kept === Infinity ? 0 : kept >= 1 ? silent(p, f, l, kept) * next : rate - kept * (rate - silent(p, f, l, 1) * next));
+    return [missed(fireNext, p), missed(flagNext, access(p, f))];
+  };
   let accessMisses = 0;
   for (let b = 0; b < count.length; b++) {
     const l = layerOf[b]!;
-    const p = fireSum[b]! / count[b]!;
-    const f = flagSum[b]! / count[b]!;
-    const fireNext = p * (1 - rhoOf[l]!); // P(fire | the token before was silent)
-    const flagNext = fireNext + (1 - fireNext) * f;
-    // per neuron: the accesses (at `next` after a silent token, `rate` in all) that come after T
-    // tokens that did not keep it; T < 1 (the cache holds a share T of a token's accesses): from
-    // every access missing at T = 0 to those after one silent token at T = 1
-    const missed = (next: number, rate: number) => (T === Infinity ? 0 : T >= 1 ? silent(p, f, l, T) * next : rate - T * (rate - silent(p, f, l, 1) * next));
-    const fireMiss = count[b]! * missed(fireNext, p);
-    const flagMiss = count[b]! * missed(flagNext, access(p, f));
+    const [fire, flag] = missesOf(fireSum[b]! / count[b]!, flagSum[b]! / count[b]!, l);
+    const fireMiss = count[b]! * fire;
+    const flagMiss = count[b]! * flag;
     if (shape.window !== undefined) {
       bundleMisses[l]! += flagMiss;
       accessMisses += flagMiss;
@@ -254,17 +259,14 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
       accessMisses += flagMiss;
     }
   }
-  if (shape.window !== undefined && T !== Infinity) {
-    // runs of consecutive missing positions, neuron by neuron in pack order (the same miss
-    // probability as its bucket's formula, with its own rates)
+  if (shape.window !== undefined && kept !== Infinity) {
+    // runs of consecutive missing positions, neuron by neuron in pack order (its bucket's miss
+    // probability, with its own rates)
     for (let l = 0; l < nLayer; l++) {
       let before = 0;
       let runs = 0;
       for (let i = l * nFF; i < (l + 1) * nFF; i++) {
-        const p = r.fire[i]!;
-        const f = falseFlag(l, i);
-        const fireNext = p * (1 - rhoOf[l]!);
-        const m = Math.min(1, T >= 1 ? silent(p, f, l, T) * (fireNext + (1 - fireNext) * f) : access(p, f) - T * (access(p, f) - silent(p, f, l, 1) * (fireNext + (1 - fireNext) * f)));
+        const m = Math.min(1, missesOf(r.fire[i]!, falseFlag(l, i), l)[1]);
         runs += m * (1 - before);
         before = m;
       }
