@@ -64,19 +64,19 @@ async function decodeUs(path: string, o: DecodeOptions, tokens: number): Promise
 
 /** Rounds of every calibration run, interleaved (after one round not counted): this machine's speed drifts for seconds at a time, so each run's median comes from several moments. */
 const ROUNDS = 3;
-/** Decodes the calibration runs (14 runs: 6 inline, 4 pipeline, 4 blocking, each ROUNDS + 1 times): the probe's progress bar counts them. */
-export const CALIBRATION_STEPS = 14 * (ROUNDS + 1);
 
-/** Fit each decoder's costs on the shipped pack (a few seconds). */
-export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onStep?: (what: string) => void): Promise<NonNullable<MachineBounds["decoders"]>> {
+/** Fit each decoder's costs on the shipped pack (about a minute); `onStep` hears each decode measured, and how many there are. */
+export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onStep?: (what: string, done: number, total: number) => void): Promise<NonNullable<MachineBounds["decoders"]>> {
   const path = await calibrationPack(cacheDir);
   // first pass: list the runs the fit needs; then measure them in interleaved rounds; then fit
   const wanted = new Map<string, { o: DecodeOptions; what: string }>();
   await fitDecoders(m, path, async (o, what) => (wanted.set(JSON.stringify(o), { o, what }), 1));
   const times = new Map<string, number[]>();
+  const total = wanted.size * (ROUNDS + 1);
+  let done = 0;
   for (let round = 0; round <= ROUNDS; round++) {
     for (const [key, { o, what }] of wanted) {
-      onStep?.(`${what} (round ${round + 1} of ${ROUNDS + 1})`);
+      onStep?.(`${what} (round ${round + 1} of ${ROUNDS + 1})`, done++, total);
       const us = await decodeUs(path, o, TOKENS);
       if (round > 0) times.set(key, [...(times.get(key) ?? []), us]);
     }

@@ -6,7 +6,7 @@ import { cachedMachine, machineCachePath, type MachineBounds } from "../../plan/
 import { dirname } from "node:path";
 import { keepMachine } from "../../plan/machine.js";
 import { probeMachine } from "../../plan/probe.js";
-import { CALIBRATION_STEPS, calibrateDecoders } from "../../tools/calibrate.js";
+import { calibrateDecoders } from "../../tools/calibrate.js";
 import { UsageError, type Command } from "../command.js";
 import { progressBar } from "../progress.js";
 
@@ -30,10 +30,9 @@ export const probe: Command = {
       const bar = v.json ? undefined : progressBar("probing");
       b = await probeMachine({ diskFile: file, onProgress: bar && ((d, t) => bar(d, t)) });
       // the decoders' own costs, on the shipped model (tools/calibrate.ts)
-      const steps = CALIBRATION_STEPS;
-      let done = 0;
       const cal = v.json ? undefined : progressBar("calibrating the decoders");
-      b.decoders = await calibrateDecoders(b, dirname(machineCachePath()), () => cal?.(++done, steps));
+      let steps = 0;
+      b.decoders = await calibrateDecoders(b, dirname(machineCachePath()), (_what, done, total) => cal?.(done, (steps = total)));
       cal?.(steps, steps);
       keepMachine(b, machineCachePath());
     }
