@@ -45,6 +45,17 @@ export interface KernelRate {
   GFLOPs?: number;
 }
 
+/**
+ * `probe`: the Q4_0 matvec over a working set of `bytes` (4096×4096 matrices one after another):
+ * weight bytes per second. What a kernel reads per second depends on how much it cycles through,
+ * far beyond the last-level cache too (this VM: 126 MiB at ~49 GB/s, 1.4 GiB at ~41); the time
+ * model scales the kernel table (measured over 128 MiB) by this curve at the bytes a token touches.
+ */
+export interface WorkingSetRate {
+  bytes: number;
+  GBps: number;
+}
+
 /** `probe`: a message from one thread to another and back, median µs. */
 export interface MessageRates {
   postMessageUs: number;
@@ -76,6 +87,8 @@ export interface MachineBounds {
   memory: MemoryBound[];
   disk?: DiskBound;
   kernels?: KernelRate[];
+  /** `probe`: the Q4_0 matvec by working set (bytes ascending). */
+  workingSets?: WorkingSetRate[];
   messages?: MessageRates;
   decoders?: Partial<Record<"inline" | "pipeline" | "blocking", DecoderCalibration>>;
 }
@@ -198,6 +211,22 @@ export function measureMachine(opts: { diskFile?: string; cachePath?: string } =
   const b = measureBounds(opts.diskFile);
   keepMachine(b, opts.cachePath ?? machineCachePath());
   return b;
+}
+
+/**
+ * The same machine in a bandwidth phase `factor` times as fast as the one it was probed in: every
+ * memory and kernel rate (bytes per second) times `factor`; reads, FLOP rates, messages and the
+ * decoders' own costs as they were. This machine's memory bandwidth drifts by ±15% over minutes
+ * (docs/benchmarks.md); bench/planner.js predicts at the rate measured around each measurement.
+ */
+export function scaledMachine(b: MachineBounds, factor: number): MachineBounds {
+  if (!(factor > 0) || !Number.isFinite(factor)) throw new RangeError(`scaledMachine: factor ${factor} is not a positive number`);
+  return {
+    ...b,
+    memory: b.memory.map((m) => ({ ...m, readGBps: m.readGBps * factor })),
+    kernels: b.kernels?.map((k) => (k.GBps === undefined ? k : { ...k, GBps: k.GBps * factor })),
+    workingSets: b.workingSets?.map((w) => ({ ...w, GBps: w.GBps * factor })),
+  };
 }
 
 /** The best memory read bandwidth measured, on any thread count (the most a decode could reach), bytes/µs. */

@@ -8,6 +8,9 @@
 //   gate        flagged neurons × gate row ÷ gather rate (oracle: every gate row ÷ matvec rate)
 //   up/down     fired neurons × (up row ÷ gather rate + down column ÷ axpy rate)
 //   output      output norm + classifier ÷ matvec rate
+//   (each rate at the working set of the weights the token touches: the probe's Q4_0 matvec by
+//   working set scales its kernel table, measured over 128 MiB — on this VM 9 MiB read at ~70
+//   GB/s and 1.4 GiB at ~41)
 //   host        the decoder's own cost on the calling thread: µs per layer + ns per flagged
 //               neuron (cache lookups, chunking, task messages), calibrated by the probe on the
 //               shipped model with everything resident (probe.ts, measureDecoders)
@@ -75,13 +78,28 @@ export interface TokenTime {
 
 const TYPE_NAMES: Record<number, KernelRate["type"]> = { 0: "F32", 1: "F16", 8: "Q8_0", 2: "Q4_0" };
 
-/** GB/s of a kernel on a weight type at `threads`; the probe measured at its pool's threads, other counts scale with memory bandwidth. */
-export function kernelRate(m: MachineBounds, type: number, kernel: KernelRate["kernel"], threads: number): number {
+/** The bytes of weights the probe's kernel table cycles through (probe.ts: ≥ 128 MiB per type). */
+export const KERNEL_TABLE_BYTES = 128 * 2 ** 20;
+
+/**
+ * GB/s of a kernel on a weight type at `threads`, for a token that touches `workingSet` bytes: the
+ * probe measured at its pool's threads over KERNEL_TABLE_BYTES; other thread counts scale with
+ * memory bandwidth, other working sets with the probe's Q4_0 matvec by working set.
+ */
+export function kernelRate(m: MachineBounds, type: number, kernel: KernelRate["kernel"], threads: number, workingSet = KERNEL_TABLE_BYTES): number {
   const name = TYPE_NAMES[type] ?? "F32";
   const k = m.kernels?.find((r) => r.type === name && r.kernel === kernel) ?? m.kernels?.find((r) => r.type === "F32" && r.kernel === kernel);
   const mem = (t: number) => m.memory.find((x) => x.threads === t)?.readGBps ?? Math.max(...m.memory.map((x) => x.readGBps));
   if (!k?.GBps) return mem(threads) * 0.8;
-  return (k.GBps * mem(threads)) / mem(k.threads);
+  return ((k.GBps * mem(threads)) / mem(k.threads)) * workingSetFactor(m, workingSet);
+}
+
+/** How much faster (> 1) or slower kernels run over `bytes` than over the kernel table's working set (1 without the probe's curve). */
+export function workingSetFactor(m: MachineBounds, bytes: number): number {
+  const ws = m.workingSets;
+  if (!ws || ws.length < 2) return 1;
+  const pts = [...ws].sort((a, b) => a.bytes - b.bytes).map((w) => [w.bytes, w.GBps] as const);
+  return interp(pts, Math.max(1, bytes)) / interp(pts, KERNEL_TABLE_BYTES);
 }
 
 /** Reads per second of `blockBytes` random reads at `depth`, interpolated (log-log) from the probe's table; the 4 KiB figure of the bounds when the table is missing. */
@@ -151,14 +169,18 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   const { pack, costs, rates } = s;
   const { nLayer, nFF } = pack.config;
   const us = (bytes: number, GBps: number) => bytes / (GBps * 1e3);
-  const mv = (type: number) => kernelRate(m, type, "matvec", o.threads);
+  const flagged = rates.flaggedPerToken;
+  const fired = rates.firedPerToken;
+  const gateBytes = rates.oracle ? nLayer * nFF * pack.gateBytes : flagged * pack.gateBytes;
+  // the weights a token touches: kernels run at the probe's rate for a working set of that size
+  const workingSet = nLayer * costs.attentionBytes + (rates.oracle ? 0 : (costs.predictorBytes ?? 0)) + gateBytes + fired * (pack.upBytes + pack.downBytes) + costs.outputBytes;
+  const rate = (type: number, kernel: KernelRate["kernel"]) => kernelRate(m, type, kernel, o.threads, workingSet);
+  const mv = (type: number) => rate(type, "matvec");
   const memGBps = m.memory.find((x) => x.threads === o.threads)?.readGBps ?? m.memory[0]!.readGBps;
   const attention = us(nLayer * costs.attentionBytes, mv(s.attentionType)) + us(nLayer * costs.kvBytesPerPosition * (o.position + 1), memGBps);
   const predictorPass = rates.oracle ? 0 : us(costs.predictorBytes ?? 0, mv(s.predictorType));
-  const flagged = rates.flaggedPerToken;
-  const fired = rates.firedPerToken;
-  const gate = rates.oracle ? us(nLayer * nFF * pack.gateBytes, mv(pack.gateType)) : us(flagged * pack.gateBytes, kernelRate(m, pack.gateType, "gather", o.threads));
-  const upDown = us(fired * pack.upBytes, kernelRate(m, pack.upType, "gather", o.threads)) + us(fired * pack.downBytes, kernelRate(m, pack.downType, "axpy", o.threads));
+  const gate = us(gateBytes, rates.oracle ? mv(pack.gateType) : rate(pack.gateType, "gather"));
+  const upDown = us(fired * pack.upBytes, rate(pack.upType, "gather")) + us(fired * pack.downBytes, rate(pack.downType, "axpy"));
   const output = us(costs.outputBytes, mv(s.outputType));
   const cal: DecoderCalibration = m.decoders?.[o.decoder] ?? UNCALIBRATED[o.decoder];
   const host = nLayer * cal.layerUs + (flagged * cal.neuronNs) / 1e3;
@@ -199,7 +221,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   // which to read (the decoder's cost per flagged neuron looked ahead)
   const ahead = o.decoder === "inline" && o.readAhead && plan.gatesPinned;
   const missShare = fired > 0 ? fc.upDownMisses.reduce((a, b) => a + b, 0) / fired : 0;
-  const lookAhead = ahead ? predictorPass + us(flagged * missShare * pack.gateBytes, kernelRate(m, pack.gateType, "gather", o.threads)) + (flagged * (cal.aheadNeuronNs ?? 0)) / 1e3 : 0;
+  const lookAhead = ahead ? predictorPass + us(flagged * missShare * pack.gateBytes, rate(pack.gateType, "gather")) + (flagged * (cal.aheadNeuronNs ?? 0)) / 1e3 : 0;
   const predictor = predictorPass + lookAhead;
   const compute = attention + predictor + gate + upDown + output;
   let total: number;

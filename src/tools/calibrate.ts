@@ -65,8 +65,17 @@ async function decodeUs(path: string, o: DecodeOptions, tokens: number): Promise
 /** Rounds of every calibration run, interleaved (after one round not counted): this machine's speed drifts for seconds at a time, so each run's median comes from several moments. */
 const ROUNDS = 3;
 
-/** Fit each decoder's costs on the shipped pack (about a minute); `onStep` hears each decode measured, and how many there are. */
-export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onStep?: (what: string, done: number, total: number) => void): Promise<NonNullable<MachineBounds["decoders"]>> {
+/**
+ * Fit each decoder's costs on the shipped pack (about a minute); `onStep` hears each decode
+ * measured, and how many there are; `afterRound` runs after each counted round, before the fit
+ * (the probe measures its kernels again there, into `m.kernels`, which the fit then uses).
+ */
+export async function calibrateDecoders(
+  m: MachineBounds,
+  cacheDir: string,
+  onStep?: (what: string, done: number, total: number) => void,
+  afterRound?: () => void,
+): Promise<NonNullable<MachineBounds["decoders"]>> {
   const path = await calibrationPack(cacheDir);
   // first pass: list the runs the fit needs; then measure them in interleaved rounds; then fit
   const wanted = new Map<string, { o: DecodeOptions; what: string }>();
@@ -80,6 +89,7 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, onSt
       const us = await decodeUs(path, o, TOKENS);
       if (round > 0) times.set(key, [...(times.get(key) ?? []), us]);
     }
+    if (round > 0) afterRound?.();
   }
   const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1]!;
   return fitDecoders(m, path, async (o) => median(times.get(JSON.stringify(o))!));

@@ -10,10 +10,10 @@ import { describe, expect, it } from "vitest";
 import { loadModel } from "../../src/api/model.js";
 import { packPlannerInput } from "../../src/decode/planned.js";
 import { forecastCache, type ProfileRates } from "../../src/plan/cache-model.js";
-import type { MachineBounds } from "../../src/plan/machine.js";
+import { scaledMachine, type MachineBounds } from "../../src/plan/machine.js";
 import { readPlanFile, writePlanFile } from "../../src/plan/plan-file.js";
 import { budgetForSpeed, makePlan, smallestBudget, sweepPlans, wholeBudget, type PlannerInput } from "../../src/plan/planner.js";
-import { tokenTime } from "../../src/plan/time-model.js";
+import { kernelRate, tokenTime, workingSetFactor } from "../../src/plan/time-model.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { runCli } from "../helpers/cli.js";
@@ -213,6 +213,48 @@ describe("time model", () => {
     // one thread: kernels scale with the memory bandwidth (20 of 40 GB/s): the compute takes twice as long
     const t1 = tokenTime(inp.shape, mem, m, { decoder: "inline", threads: 1, queueDepth: 32, readAhead: false, position: 9, window: 5 });
     expect(t1.total - t1.host).toBeCloseTo(2 * (t.total - t.host), 6);
+  });
+
+  it("working sets: kernels scale by the probe's Q4_0 matvec at the bytes a token touches, log-log between its points, against the 128 MiB of the kernel table", () => {
+    const m = { ...fakeMachine(), workingSets: [{ bytes: 2 ** 24, GBps: 80 }, { bytes: 2 ** 27, GBps: 40 }, { bytes: 2 ** 30, GBps: 20 }] };
+    expect(workingSetFactor(m, 2 ** 27)).toBeCloseTo(1, 12);
+    expect(workingSetFactor(m, 2 ** 30)).toBeCloseTo(0.5, 12);
+    expect(workingSetFactor(m, 2 ** 33)).toBeCloseTo(0.5, 12); // flat beyond the last point
+    expect(workingSetFactor(m, 2 ** 20)).toBeCloseTo(2, 12);
+    expect(workingSetFactor(m, 2 ** 28.5)).toBeCloseTo(Math.sqrt(40 * 20) / 40, 12);
+    expect(workingSetFactor(fakeMachine(), 2 ** 33)).toBe(1); // no curve: the table as measured
+    expect(kernelRate(m, 2, "gather", 2, 2 ** 30)).toBeCloseTo(5, 12); // Q4_0 gather 10 GB/s × 0.5
+    // the default pack's resident token touches W bytes: every compute step takes 1/factor(W) as long
+    const inp = input();
+    const { pack, costs } = { pack: inp.pack, costs: inp.shape.costs };
+    const r = inp.shape.rates;
+    const W = pack.config.nLayer * costs.attentionBytes + costs.predictorBytes! + r.flaggedPerToken * pack.gateBytes + r.firedPerToken * (pack.upBytes + pack.downBytes) + costs.outputBytes;
+    const curve = { ...fakeMachine(), workingSets: [{ bytes: 1000, GBps: 20 }, { bytes: 2 ** 27, GBps: 40 }] };
+    const f = Math.exp(Math.log(20) + ((Math.log(W) - Math.log(1000)) / (Math.log(2 ** 27) - Math.log(1000))) * (Math.log(40) - Math.log(20))) / 40;
+    expect(f).toBeGreaterThan(0.5);
+    expect(f).toBeLessThan(1);
+    const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, inp.optionsFor("inline", Number.MAX_SAFE_INTEGER, { pinGates: false, hotShare: 0.75, clusterSize: 32 }));
+    const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 } as const;
+    const [flat, scaled] = [tokenTime(inp.shape, mem, fakeMachine(), o), tokenTime(inp.shape, mem, curve, o)];
+    for (const step of ["predictor", "gate", "upDown", "output"] as const) expect(scaled[step] * f, step).toBeCloseTo(flat[step], 9);
+  });
+
+  it("a machine in a phase 1.25x as fast (scaledMachine): every byte-moving step takes 1/1.25 the time, the decoder's own cost and the reads stay", () => {
+    const inp = input();
+    const m = fakeMachine();
+    const fast = scaledMachine(m, 1.25);
+    expect(fast.memory.map((x) => x.readGBps)).toEqual([25, 50]);
+    expect(fast.disk).toEqual(m.disk);
+    expect(fast.decoders).toEqual(m.decoders);
+    const budget = budgetForFfnFraction(inp.pack, 0.3, planOptions(inp.pack.config, { contextSize: ctx }));
+    const mem = planMemory(inp.pack, budget, inp.optionsFor("inline", budget, { pinGates: false, hotShare: 0.75, clusterSize: 32 }));
+    const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 } as const;
+    const [t, f] = [tokenTime(inp.shape, mem, m, o), tokenTime(inp.shape, mem, fast, o)];
+    for (const step of ["attention", "predictor", "gate", "upDown", "output"] as const) expect(f[step] * 1.25, step).toBeCloseTo(t[step], 9);
+    expect(t.reads).toBeGreaterThan(0);
+    expect(f.reads).toBe(t.reads);
+    expect(f.host).toBe(t.host);
+    expect(() => scaledMachine(m, 0)).toThrow(/factor 0 is not a positive number/);
   });
 
   it("reads: k requests per batch at depth k; the pipeline overlaps half of the shorter side with the other, inline adds them", () => {

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli.js";
 import { measureDisk, measureMemory, type MachineBounds } from "../../src/plan/machine.js";
-import { measureKernels, measureMessages, measureReadRates } from "../../src/plan/probe.js";
+import { KernelSampler, measureKernels, measureMessages, measureReadRates } from "../../src/plan/probe.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-probe-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -34,6 +34,33 @@ describe("probe", () => {
     }
     for (const x of k.filter((x) => x.kernel === "gather" || x.kernel === "axpy")) expect(x.GBps!).toBeGreaterThan(0);
     for (const x of k.filter((x) => x.kernel === "matmul")) expect(x.GFLOPs!).toBeGreaterThan(1);
+  }, 120_000);
+
+  it("kernels in passes (KernelSampler): each point's rate is the median of what its passes measured; a matvec now reads at a rate of the same order", () => {
+    const s = new KernelSampler(0.03, ["Q4_0", "F32"]);
+    try {
+      for (let i = 0; i < 3; i++) s.pass();
+      expect([...s.samples.keys()].sort()).toEqual(["F32 axpy", "F32 gather", "F32 matmul", "F32 matvec", "Q4_0 axpy", "Q4_0 gather", "Q4_0 matmul", "Q4_0 matvec"]);
+      // the Q4_0 matvec by working set: 4096×4096 matrices of 4096 rows × 128 blocks of 18 bytes
+      const ws = s.workingSetRates();
+      expect(ws.map((w) => w.bytes)).toEqual([1, 3, 8, 14, 56, 160].map((k) => k * 4096 * 128 * 18));
+      for (const w of ws) expect(w.GBps).toBe([...s.workingSetSamples.get(w.bytes)!].sort((a, b) => a - b)[1]);
+      const rates = s.rates();
+      for (const [key, samples] of s.samples) {
+        expect(samples.length).toBe(3);
+        const v = samples.map((r) => r.GBps ?? r.GFLOPs!);
+        const middle = [...v].sort((a, b) => a - b)[1];
+        const r = rates.find((x) => `${x.type} ${x.kernel}` === key)!;
+        expect(r.GBps ?? r.GFLOPs, key).toBe(middle);
+      }
+      const now = s.matvecNow("Q4_0", 0.05);
+      const probed = rates.find((x) => x.type === "Q4_0" && x.kernel === "matvec")!.GBps!;
+      expect(now).toBeGreaterThan(probed / 3);
+      expect(now).toBeLessThan(probed * 3);
+      expect(() => s.matvecNow("F16")).toThrow(/F16 was not among the types measured/);
+    } finally {
+      s.dispose();
+    }
   }, 120_000);
 
   it("reads: sequential by block size and random by block size x depth, each rate = its reads x block; the 4 KiB depth-32 rate within 3x of measureDisk's", () => {
@@ -71,6 +98,7 @@ describe("neuronpipe probe", () => {
     expect(b.memory.map((m) => m.threads)[0]).toBe(1);
     expect(b.disk?.rates?.length).toBe(19);
     expect(b.kernels?.length).toBe(16);
+    expect(b.workingSets?.length).toBe(6);
     expect(b.messages?.postMessageUs).toBeGreaterThan(0);
     const kept = JSON.parse(readFileSync(join(dir, "cache", "machine.json"), "utf8")) as MachineBounds;
     expect(kept).toEqual(b);
@@ -79,12 +107,13 @@ describe("neuronpipe probe", () => {
     expect(second.out).toMatch(new RegExp(`cached, measured ${b.measuredAt}`));
     expect(second.out).toMatch(/Q4_0 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+/);
     expect(second.out).toMatch(/random +4 KiB +32 +\d+/);
+    expect(second.out).toMatch(/Q4_0 matvec by working set: 9 MiB [\d.]+, .*, 1440 MiB [\d.]+ GB\/s/);
     expect(second.err).toBe(""); // nothing measured, no bar
     const again = await cli(["probe", "--refresh"], { NEURONPIPE_PROGRESS: "1" });
     expect(again.code).toBe(0);
     expect(again.err).toMatch(/probing \[=+\] 100% \| \d+\/\d+ \| [\d.]+\/s \| ETA /);
     expect(again.out).toMatch(/measured now/);
-  }, 180_000);
+  }, 300_000);
 
   it("refuses a missing file and stray arguments by name", async () => {
     const missing = await cli(["probe", "--file", join(dir, "nope.gguf")]);

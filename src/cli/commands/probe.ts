@@ -5,7 +5,7 @@ import { existsSync } from "node:fs";
 import { cachedMachine, machineCachePath, type MachineBounds } from "../../plan/machine.js";
 import { dirname } from "node:path";
 import { keepMachine } from "../../plan/machine.js";
-import { probeMachine } from "../../plan/probe.js";
+import { KernelSampler, probeMachine } from "../../plan/probe.js";
 import { calibrateDecoders } from "../../tools/calibrate.js";
 import { UsageError, type Command } from "../command.js";
 import { progressBar } from "../progress.js";
@@ -28,12 +28,28 @@ export const probe: Command = {
     const measured = !b;
     if (!b) {
       const bar = v.json ? undefined : progressBar("probing");
-      b = await probeMachine({ diskFile: file, onProgress: bar && ((d, t) => bar(d, t)) });
-      // the decoders' own costs, on the shipped model (tools/calibrate.ts)
-      const cal = v.json ? undefined : progressBar("calibrating the decoders");
-      let steps = 0;
-      b.decoders = await calibrateDecoders(b, dirname(machineCachePath()), (_what, done, total) => cal?.(done, (steps = total)));
-      cal?.(steps, steps);
+      // the kernels are measured again after each calibration round: their rates are medians
+      // over the whole probe (KernelSampler)
+      const sampler = new KernelSampler();
+      try {
+        const probed = await probeMachine({ diskFile: file, sampler, onProgress: bar && ((d, t) => bar(d, t)) });
+        // the decoders' own costs, on the shipped model (tools/calibrate.ts)
+        const cal = v.json ? undefined : progressBar("calibrating the decoders");
+        let steps = 0;
+        probed.decoders = await calibrateDecoders(
+          probed,
+          dirname(machineCachePath()),
+          (_what, done, total) => cal?.(done, (steps = total)),
+          () => {
+            sampler.pass();
+            probed.kernels = sampler.rates();
+          },
+        );
+        cal?.(steps, steps);
+        b = probed;
+      } finally {
+        sampler.dispose();
+      }
       keepMachine(b, machineCachePath());
     }
     if (v.json) {
@@ -61,6 +77,7 @@ export function formatProbe(b: MachineBounds, measured: boolean): string {
       lines.push(`  ${t.padEnd(5)} ${[f("matvec")?.GBps, f("gather")?.GBps, f("axpy")?.GBps, f("matmul")?.GFLOPs].map((x) => (x === undefined ? "-" : x.toFixed(1)).padStart(8)).join(" ")}`);
     }
   }
+  if (b.workingSets?.length) lines.push(`Q4_0 matvec by working set: ${b.workingSets.map((w) => `${(w.bytes / 2 ** 20).toFixed(0)} MiB ${w.GBps.toFixed(1)}`).join(", ")} GB/s`);
   if (b.decoders) {
     lines.push("decoders' own costs (fitted on the shipped model: tools/calibrate.ts):");
     for (const [d, c] of Object.entries(b.decoders)) lines.push(`  ${d.padEnd(9)} ${c.layerUs.toFixed(1).padStart(7)} µs per layer, ${c.neuronNs.toFixed(1).padStart(6)} ns per flagged neuron, ${c.requestUs.toFixed(1).padStart(5)} µs per read${c.aheadNeuronNs !== undefined ? `, ${c.aheadNeuronNs.toFixed(0)} ns per flagged neuron looked ahead` : ""}`);
