@@ -91,6 +91,19 @@ export interface MachineBounds {
   workingSets?: WorkingSetRate[];
   messages?: MessageRates;
   decoders?: Partial<Record<"inline" | "pipeline" | "blocking", DecoderCalibration>>;
+  /** `probe`: attention's cost per query head and position beyond its KV bytes (tools/calibrate.ts). */
+  attention?: AttentionCalibration;
+}
+
+/**
+ * `probe`: what attention costs per query head per position of the context beyond reading the KV
+ * cache (scoring, softmax, summing: small heads are compute, not bandwidth), fitted from the
+ * shipped model's decode at two ranges of positions (the slope of µs per token over position).
+ */
+export interface AttentionCalibration {
+  headPositionNs: number;
+  /** The two ranges: mean position, measured µs per token, modelled µs per token before this calibration. */
+  runs: { position: number; measuredUs: number; modelledUs: number }[];
 }
 
 const MiB = 2 ** 20;
@@ -211,22 +224,6 @@ export function measureMachine(opts: { diskFile?: string; cachePath?: string } =
   const b = measureBounds(opts.diskFile);
   keepMachine(b, opts.cachePath ?? machineCachePath());
   return b;
-}
-
-/**
- * The same machine in a bandwidth phase `factor` times as fast as the one it was probed in: every
- * memory and kernel rate (bytes per second) times `factor`; reads, FLOP rates, messages and the
- * decoders' own costs as they were. This machine's memory bandwidth drifts by ±15% over minutes
- * (docs/benchmarks.md); bench/planner.js predicts at the rate measured around each measurement.
- */
-export function scaledMachine(b: MachineBounds, factor: number): MachineBounds {
-  if (!(factor > 0) || !Number.isFinite(factor)) throw new RangeError(`scaledMachine: factor ${factor} is not a positive number`);
-  return {
-    ...b,
-    memory: b.memory.map((m) => ({ ...m, readGBps: m.readGBps * factor })),
-    kernels: b.kernels?.map((k) => (k.GBps === undefined ? k : { ...k, GBps: k.GBps * factor })),
-    workingSets: b.workingSets?.map((w) => ({ ...w, GBps: w.GBps * factor })),
-  };
 }
 
 /** The best memory read bandwidth measured, on any thread count (the most a decode could reach), bytes/µs. */

@@ -197,13 +197,6 @@ export class KernelSampler {
     return [...this.workingSetSamples].map(([bytes, v]) => ({ bytes, GBps: [...v].sort((a, b) => a - b)[(v.length - 1) >> 1]! }));
   }
 
-  /** A matvec of `type` (measured by this sampler) for `seconds`, now: weight GB/s. Not kept. */
-  matvecNow(type: KernelRate["type"], seconds = this.seconds): number {
-    const b = this.buffers.find((x) => x.name === type);
-    if (!b) throw new Error(`KernelSampler: ${type} was not among the types measured`);
-    return (rate(() => this.n.matvec(b.t, b.w, 0, b.rows, this.cols, this.x, 0, b.y, 0), seconds) * b.rows * b.rb) / 1e9;
-  }
-
   /** Each point's median over the passes (the lower middle of an even count). */
   rates(): KernelRate[] {
     return [...this.samples.values()].map((s) => {

@@ -25,6 +25,7 @@ export function stepCosts(file: GGUFFile, cfg: ModelConfig, sparse?: Pick<Sparse
     attentionBytes: perLayer(ATTENTION),
     // K and V of one position, F16 (the KV cache type of every decoder that traces)
     kvBytesPerPosition: 2 * cfg.nHeadKv * cfg.headDim * 2,
+    attentionHeads: cfg.nHead,
     outputBytes: output,
     denseFfnBytes: perLayer(FFN),
   };

@@ -1,7 +1,8 @@
 // The planner's model of one decode token's time, from the bytes and reads each step needs and
 // the rates this machine measured (`neuronpipe probe`): no timing of the model itself.
 //
-//   attention   n_layer × attention weights ÷ matvec rate of their type, + the KV cache ÷ memory
+//   attention   n_layer × attention weights ÷ matvec rate of their type, + the KV cache ÷ memory,
+//               + n_layer × heads × positions × the calibrated cost of a head at a position
 //   predictor   predictor weights ÷ matvec rate (linear: Q8_0; mlp: F32); with reads ahead
 //               (inline) also a pass for a layer ahead, the gate rows of its flagged neurons not
 //               resident, and the decoder's calibrated cost per flagged neuron looked ahead
@@ -13,7 +14,7 @@
 //   GB/s and 1.4 GiB at ~41)
 //   host        the decoder's own cost on the calling thread: µs per layer + ns per flagged
 //               neuron (cache lookups, chunking, task messages), calibrated by the probe on the
-//               shipped model with everything resident (probe.ts, measureDecoders)
+//               shipped model with everything resident (tools/calibrate.ts)
 //   reads       per layer, the cache model's misses (cache-model.ts) as requests of a gate block,
 //               an up+down block or a bundle, each kind one batch at depth min(queue depth,
 //               misses): misses ÷ reads/s measured at that block size and depth, + the
@@ -177,7 +178,11 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   const rate = (type: number, kernel: KernelRate["kernel"]) => kernelRate(m, type, kernel, o.threads, workingSet);
   const mv = (type: number) => rate(type, "matvec");
   const memGBps = m.memory.find((x) => x.threads === o.threads)?.readGBps ?? m.memory[0]!.readGBps;
-  const attention = us(nLayer * costs.attentionBytes, mv(s.attentionType)) + us(nLayer * costs.kvBytesPerPosition * (o.position + 1), memGBps);
+  const positions = o.position + 1;
+  const attention =
+    us(nLayer * costs.attentionBytes, mv(s.attentionType)) +
+    us(nLayer * costs.kvBytesPerPosition * positions, memGBps) +
+    (nLayer * (costs.attentionHeads ?? 0) * positions * (m.attention?.headPositionNs ?? 0)) / 1e3;
   const predictorPass = rates.oracle ? 0 : us(costs.predictorBytes ?? 0, mv(s.predictorType));
   const gate = us(gateBytes, rates.oracle ? mv(pack.gateType) : rate(pack.gateType, "gather"));
   const upDown = us(fired * pack.upBytes, rate(pack.upType, "gather")) + us(fired * pack.downBytes, rate(pack.downType, "axpy"));

@@ -10,11 +10,12 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { loadModel } from "../api/model.js";
+import { DEFAULT_MAX_TOKENS } from "../api/session.js";
 import { packPlannerInput, sparsePlanOptions } from "../decode/planned.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../sparse/memory-plan.js";
 import { openPack } from "../sparse/pack/open.js";
 import { writePack } from "../sparse/pack/write.js";
-import type { DecoderCalibration, MachineBounds } from "../plan/machine.js";
+import type { AttentionCalibration, DecoderCalibration, MachineBounds } from "../plan/machine.js";
 import { PIPELINE_OVERLAP, tokenTime } from "../plan/time-model.js";
 import { shippedFile } from "../util/package-files.js";
 import { createTokenizer } from "../tokenizer/index.js";
@@ -23,8 +24,8 @@ import { vocabFromGGUF } from "../model/vocab.js";
 const DECODERS = ["inline", "pipeline", "blocking"] as const;
 const CONTEXT = 256;
 const PROMPT = "The whale";
-/** Tokens timed per generation. */
-const TOKENS = 64;
+/** Tokens per generation: as many as `generate` makes by default (at 64 the timed tokens sat at positions a third as far on, and decoded ~10% faster). */
+const TOKENS = DEFAULT_MAX_TOKENS;
 
 /** The shipped model's pack: models/neuronpipe-default.pack.gguf when built, else one written once into `cacheDir`. */
 export async function calibrationPack(cacheDir: string): Promise<string> {
@@ -38,22 +39,26 @@ export async function calibrationPack(cacheDir: string): Promise<string> {
 
 type DecodeOptions = NonNullable<Parameters<typeof loadModel>[1]>;
 
-/** µs per decode token: the median of 5 sampled generations of `tokens` (seeded; greedy decoding of a small model falls into loops that read nothing) after a 64-token warm-up. */
-async function decodeUs(path: string, o: DecodeOptions, tokens: number): Promise<number> {
-  const model = await loadModel(path, { ...o, contextSize: CONTEXT, plan: false });
+/** One calibration run: a decoder's options, tokens generated, and which of them are timed (token indices [from, to); default all after the first). */
+interface Run {
+  o: DecodeOptions;
+  tokens?: number;
+  timed?: [number, number];
+}
+
+/** µs per decode token of a run: the median of 5 sampled generations (seeded; greedy decoding of a small model falls into loops that read nothing) after a 64-token warm-up. */
+async function decodeUs(path: string, run: Run): Promise<number> {
+  const tokens = run.tokens ?? TOKENS;
+  const model = await loadModel(path, { ...run.o, contextSize: CONTEXT, plan: false });
   const s = model.createSession({ contextSize: CONTEXT });
   const runs: number[] = [];
   try {
     for (let rep = -1; rep < 5; rep++) {
       s.reset();
-      let n = 0;
-      let t0 = 0;
-      let t1 = 0;
-      for await (const _ of s.generate(PROMPT, { maxTokens: rep < 0 ? 64 : tokens, seed: rep + 1 })) {
-        t1 = performance.now();
-        if (++n === 1) t0 = t1;
-      }
-      if (rep >= 0) runs.push(((t1 - t0) * 1000) / (n - 1));
+      const at: number[] = [];
+      for await (const _ of s.generate(PROMPT, { maxTokens: rep < 0 ? 64 : tokens, seed: rep + 1 })) at.push(performance.now());
+      const [from, to] = run.timed ?? [0, at.length - 1];
+      if (rep >= 0) runs.push(((at[Math.min(to, at.length - 1)]! - at[from]!) * 1000) / (Math.min(to, at.length - 1) - from));
     }
   } finally {
     s.dispose();
@@ -61,6 +66,9 @@ async function decodeUs(path: string, o: DecodeOptions, tokens: number): Promise
   }
   return runs.sort((a, b) => a - b)[2]!;
 }
+
+/** Tokens of the attention runs, timed in two halves of 96 decodes each: early and late positions of the same generations' kind. */
+const ATTENTION_TOKENS = 193;
 
 /** Rounds of every calibration run, interleaved (after one round not counted): this machine's speed drifts for seconds at a time, so each run's median comes from several moments. */
 const ROUNDS = 3;
@@ -75,32 +83,60 @@ export async function calibrateDecoders(
   cacheDir: string,
   onStep?: (what: string, done: number, total: number) => void,
   afterRound?: () => void,
-): Promise<NonNullable<MachineBounds["decoders"]>> {
+): Promise<Calibration> {
   const path = await calibrationPack(cacheDir);
   // first pass: list the runs the fit needs; then measure them in interleaved rounds; then fit
-  const wanted = new Map<string, { o: DecodeOptions; what: string }>();
-  await fitDecoders(m, path, async (o, what) => (wanted.set(JSON.stringify(o), { o, what }), 1));
+  const wanted = new Map<string, { run: Run; what: string }>();
+  await fit(m, path, async (run, what) => (wanted.set(JSON.stringify(run), { run, what }), 1));
   const times = new Map<string, number[]>();
   const total = wanted.size * (ROUNDS + 1);
   let done = 0;
   for (let round = 0; round <= ROUNDS; round++) {
-    for (const [key, { o, what }] of wanted) {
+    for (const [key, { run, what }] of wanted) {
       onStep?.(`${what} (round ${round + 1} of ${ROUNDS + 1})`, done++, total);
-      const us = await decodeUs(path, o, TOKENS);
+      const us = await decodeUs(path, run);
       if (round > 0) times.set(key, [...(times.get(key) ?? []), us]);
     }
     if (round > 0) afterRound?.();
   }
   const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1]!;
-  return fitDecoders(m, path, async (o) => median(times.get(JSON.stringify(o))!));
+  return fit(m, path, async (run) => median(times.get(JSON.stringify(run))!));
 }
 
-/** The fit from measured µs per token of each run (`measure`). */
-async function fitDecoders(m: MachineBounds, path: string, measure: (o: DecodeOptions, what: string) => Promise<number>): Promise<NonNullable<MachineBounds["decoders"]>> {
+export interface Calibration {
+  decoders: NonNullable<MachineBounds["decoders"]>;
+  attention: AttentionCalibration;
+}
+
+/** The fit from measured µs per token of each run (`measure`): attention over positions first, then each decoder with it. */
+async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: string) => Promise<number>): Promise<Calibration> {
   const pack = openPack(path);
-  const threads = Math.max(...m.memory.map((x) => x.threads));
+  const threads = Math.max(...m0.memory.map((x) => x.threads));
+  const prompt = createTokenizer(vocabFromGGUF(pack.file)).encode(PROMPT).length;
+  // token k of a generation comes from the decode at position prompt + k − 1: timing [from, to)
+  // measures the decodes at prompt + from … prompt + to − 1
+  const meanPosition = (from: number, to: number) => prompt + (from + to - 1) / 2;
+  // attention: µs per token at early and late positions of the same kind of generation; the
+  // slope over position beyond the KV bytes' is the cost of a head at a position
+  const half = (ATTENTION_TOKENS - 1) / 2;
+  const attentionRuns: AttentionCalibration["runs"] = [];
+  {
+    const inp = packPlannerInput(pack, { contextSize: CONTEXT, predictor: "trained" });
+    const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, sparsePlanOptions(pack, "inline", Number.MAX_SAFE_INTEGER, { contextSize: CONTEXT, predictor: "trained" }));
+    for (const timed of [[0, half], [half, ATTENTION_TOKENS - 1]] as [number, number][]) {
+      const position = meanPosition(timed[0], timed[1]);
+      const t = tokenTime(inp.shape, mem, { ...m0, attention: undefined }, { decoder: "inline", threads, queueDepth: 32, readAhead: false, position, window: 5 });
+      const measuredUs = await measure({ o: { decoder: "inline", predictor: "trained", threads }, tokens: ATTENTION_TOKENS, timed }, `attention at positions ${Math.round(position)}`);
+      attentionRuns.push({ position, measuredUs, modelledUs: t.total });
+    }
+  }
+  const [e, l] = attentionRuns as [AttentionCalibration["runs"][0], AttentionCalibration["runs"][0]];
+  const heads = pack.config.nLayer * pack.config.nHead;
+  const slope = (l.measuredUs - e.measuredUs - (l.modelledUs - e.modelledUs)) / (l.position - e.position);
+  const attention: AttentionCalibration = { headPositionNs: Math.max(0, (slope / heads) * 1e3), runs: attentionRuns };
+  const m: MachineBounds = { ...m0, attention };
   // the timed tokens decode at positions prompt … prompt + TOKENS − 2: modelled at their mean
-  const position = createTokenizer(vocabFromGGUF(pack.file)).encode(PROMPT).length + (TOKENS - 2) / 2;
+  const position = meanPosition(0, TOKENS - 1);
   const out: NonNullable<MachineBounds["decoders"]> = {};
   for (const decoder of DECODERS) {
     const runs: NonNullable<DecoderCalibration["runs"]> = [];
@@ -110,7 +146,7 @@ async function fitDecoders(m: MachineBounds, path: string, measure: (o: DecodeOp
       const inp = input(predictor);
       const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, sparsePlanOptions(pack, decoder, Number.MAX_SAFE_INTEGER, { contextSize: CONTEXT, predictor }));
       const t = tokenTime(inp.shape, mem, uncalibrated, { decoder, threads, queueDepth: 32, readAhead: false, position, window: 5 });
-      const measured = await measure({ decoder, predictor, threads }, `${decoder} decoder, ${predictor} predictor`);
+      const measured = await measure({ o: { decoder, predictor, threads } }, `${decoder} decoder, ${predictor} predictor`);
       runs.push({ flagged: t.flagged, measuredUs: measured, modelledUs: t.total });
     }
     // two runs, two unknowns: measured − modelled = n_layer·a + flagged·b
@@ -119,7 +155,7 @@ async function fitDecoders(m: MachineBounds, path: string, measure: (o: DecodeOp
     const e1 = r1.measuredUs - r1.modelledUs;
     const b = Math.max(0, r1.flagged !== r0.flagged ? (e1 - e0) / (r1.flagged - r0.flagged) : 0);
     const a = Math.max(0, (e0 - r0.flagged * b) / pack.config.nLayer);
-    const fit: DecoderCalibration = { layerUs: a, neuronNs: b * 1e3, requestUs: 0, runs };
+    const cal: DecoderCalibration = { layerUs: a, neuronNs: b * 1e3, requestUs: 0, runs };
     // reads: a quarter and a half of the FFN resident, with the memory plan the decoder gets by
     // default there
     const inp = input("trained");
@@ -127,12 +163,10 @@ async function fitDecoders(m: MachineBounds, path: string, measure: (o: DecodeOp
     for (const f of [0.25, 0.5]) {
       const budget = budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: CONTEXT }));
       const mem = planMemory(pack, budget, sparsePlanOptions(pack, decoder, budget, { contextSize: CONTEXT }));
-      const t = tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: { ...fit, requestUs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position, window: 5 });
-      const measured = await measure({ decoder, threads, memory: budget }, `${decoder} decoder with reads (${100 * f}% resident)`);
+      const t = tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: { ...cal, requestUs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position, window: 5 });
+      const measured = await measure({ o: { decoder, threads, memory: budget } }, `${decoder} decoder with reads (${100 * f}% resident)`);
       runs.push({ flagged: t.flagged, measuredUs: measured, modelledUs: t.total });
       const compute = t.attention + t.predictor + t.gate + t.upDown + t.output + t.host;
-      // the pipeline's reads overlap its compute (they bound the token when they exceed it); the
-      // others' reads add to it (less what reads ahead hide)
       // the read time the run implies: the pipeline hides PIPELINE_OVERLAP of the shorter side
       // (here its reads are the longer: t = compute + reads − overlap·compute), the others add
       // their reads less what reads ahead hide
@@ -141,23 +175,24 @@ async function fitDecoders(m: MachineBounds, path: string, measure: (o: DecodeOp
     }
     // least squares over the two runs: excess = (requests at the probe's rates) + requestUs · requests
     const c = withReads.reduce((q, w) => q + (w.excess - w.throughput) * w.requests, 0) / Math.max(1e-9, withReads.reduce((q, w) => q + w.requests * w.requests, 0));
-    fit.requestUs = Math.max(0, c);
+    cal.requestUs = Math.max(0, c);
     if (decoder === "inline") {
       // reads ahead: the same resident run with gate rows pinned, with and without them (the
       // look-ahead still predicts, computes and chooses when nothing is left to read)
       const withAhead: number[] = [];
       for (const readAhead of [128, 0]) {
-        withAhead.push(await measure({ decoder, threads, pinGates: true, readAhead }, `inline decoder, reads ahead ${readAhead ? "on" : "off"}`));
+        withAhead.push(await measure({ o: { decoder, threads, pinGates: true, readAhead } }, `inline decoder, reads ahead ${readAhead ? "on" : "off"}`));
       }
       const inp = input("trained");
       const opts = (readAhead: number) => sparsePlanOptions(pack, decoder, Number.MAX_SAFE_INTEGER, { contextSize: CONTEXT, pinGates: true, readAhead });
       const t = (readAhead: number) =>
-        tokenTime(inp.shape, planMemory(pack, Number.MAX_SAFE_INTEGER, opts(readAhead)), { ...m, decoders: { inline: { ...fit, aheadNeuronNs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: readAhead > 0, position, window: 5 });
+        tokenTime(inp.shape, planMemory(pack, Number.MAX_SAFE_INTEGER, opts(readAhead)), { ...m, decoders: { inline: { ...cal, aheadNeuronNs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: readAhead > 0, position, window: 5 });
       const modelled = t(128).total - t(0).total;
-      fit.aheadNeuronNs = Math.max(0, ((withAhead[0]! - withAhead[1]! - modelled) / t(128).flagged) * 1e3);
+      cal.aheadNeuronNs = Math.max(0, ((withAhead[0]! - withAhead[1]! - modelled) / t(128).flagged) * 1e3);
       runs.push({ flagged: t(128).flagged, measuredUs: withAhead[0]!, modelledUs: t(128).total }, { flagged: t(0).flagged, measuredUs: withAhead[1]!, modelledUs: t(0).total });
     }
-    out[decoder] = fit;
+    out[decoder] = cal;
   }
-  return out;
+  return { decoders: out, attention };
 }
+

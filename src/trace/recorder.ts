@@ -54,6 +54,7 @@ export interface StepCosts {
   nLayer: number;
   attentionBytes: number; // per layer: attn_norm, attn_q/k/v/output and ffn_norm weights
   kvBytesPerPosition: number; // per layer: K and V of one position
+  attentionHeads?: number; // per layer: query heads, each of which scores and sums every position
   outputBytes: number; // output_norm and the classifier
   denseFfnBytes: number; // per layer: every gate, up and down row
   gateRowBytes?: number; // sparse: one gate row

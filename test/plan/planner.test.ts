@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { loadModel } from "../../src/api/model.js";
 import { packPlannerInput } from "../../src/decode/planned.js";
 import { forecastCache, type ProfileRates } from "../../src/plan/cache-model.js";
-import { scaledMachine, type MachineBounds } from "../../src/plan/machine.js";
+import type { MachineBounds } from "../../src/plan/machine.js";
 import { readPlanFile, writePlanFile } from "../../src/plan/plan-file.js";
 import { budgetForSpeed, makePlan, smallestBudget, sweepPlans, wholeBudget, type PlannerInput } from "../../src/plan/planner.js";
 import { kernelRate, tokenTime, workingSetFactor } from "../../src/plan/time-model.js";
@@ -237,24 +237,6 @@ describe("time model", () => {
     const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 } as const;
     const [flat, scaled] = [tokenTime(inp.shape, mem, fakeMachine(), o), tokenTime(inp.shape, mem, curve, o)];
     for (const step of ["predictor", "gate", "upDown", "output"] as const) expect(scaled[step] * f, step).toBeCloseTo(flat[step], 9);
-  });
-
-  it("a machine in a phase 1.25x as fast (scaledMachine): every byte-moving step takes 1/1.25 the time, the decoder's own cost and the reads stay", () => {
-    const inp = input();
-    const m = fakeMachine();
-    const fast = scaledMachine(m, 1.25);
-    expect(fast.memory.map((x) => x.readGBps)).toEqual([25, 50]);
-    expect(fast.disk).toEqual(m.disk);
-    expect(fast.decoders).toEqual(m.decoders);
-    const budget = budgetForFfnFraction(inp.pack, 0.3, planOptions(inp.pack.config, { contextSize: ctx }));
-    const mem = planMemory(inp.pack, budget, inp.optionsFor("inline", budget, { pinGates: false, hotShare: 0.75, clusterSize: 32 }));
-    const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 } as const;
-    const [t, f] = [tokenTime(inp.shape, mem, m, o), tokenTime(inp.shape, mem, fast, o)];
-    for (const step of ["attention", "predictor", "gate", "upDown", "output"] as const) expect(f[step] * 1.25, step).toBeCloseTo(t[step], 9);
-    expect(t.reads).toBeGreaterThan(0);
-    expect(f.reads).toBe(t.reads);
-    expect(f.host).toBe(t.host);
-    expect(() => scaledMachine(m, 0)).toThrow(/factor 0 is not a positive number/);
   });
 
   it("reads: k requests per batch at depth k; the pipeline overlaps half of the shorter side with the other, inline adds them", () => {

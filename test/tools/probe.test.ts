@@ -36,7 +36,7 @@ describe("probe", () => {
     for (const x of k.filter((x) => x.kernel === "matmul")) expect(x.GFLOPs!).toBeGreaterThan(1);
   }, 120_000);
 
-  it("kernels in passes (KernelSampler): each point's rate is the median of what its passes measured; a matvec now reads at a rate of the same order", () => {
+  it("kernels in passes (KernelSampler): each point's rate is the median of what its passes measured, the Q4_0 matvec by working set too", () => {
     const s = new KernelSampler(0.03, ["Q4_0", "F32"]);
     try {
       for (let i = 0; i < 3; i++) s.pass();
@@ -53,11 +53,6 @@ describe("probe", () => {
         const r = rates.find((x) => `${x.type} ${x.kernel}` === key)!;
         expect(r.GBps ?? r.GFLOPs, key).toBe(middle);
       }
-      const now = s.matvecNow("Q4_0", 0.05);
-      const probed = rates.find((x) => x.type === "Q4_0" && x.kernel === "matvec")!.GBps!;
-      expect(now).toBeGreaterThan(probed / 3);
-      expect(now).toBeLessThan(probed * 3);
-      expect(() => s.matvecNow("F16")).toThrow(/F16 was not among the types measured/);
     } finally {
       s.dispose();
     }
@@ -90,18 +85,27 @@ describe("probe", () => {
 describe("neuronpipe probe", () => {
   const cli = (args: string[], env: Record<string, string> = {}) => runCli(args, { NEURONPIPE_CACHE_DIR: join(dir, "cache"), NEURONPIPE_PROGRESS: undefined, ...env });
 
-  it("probes once with a progress bar, keeps the JSON it prints, answers from the cache the next time", async () => {
-    const first = await cli(["probe", "--file", file, "--json"]);
+  it("probes once with a progress bar and keeps what it measured; answers from the cache the next times, as text and as the same JSON", async () => {
+    // one probe (the calibration decodes take most of its ~2 minutes)
+    const first = await cli(["probe", "--file", file], { NEURONPIPE_PROGRESS: "1" });
     expect(first.code).toBe(0);
-    const b = JSON.parse(first.out) as MachineBounds;
+    expect(first.err).toMatch(/probing \[=+\] 100% \| \d+\/\d+ \| [\d.]+\/s \| ETA /);
+    expect(first.out).toMatch(/measured now/);
+    const b = JSON.parse(readFileSync(join(dir, "cache", "machine.json"), "utf8")) as MachineBounds;
     expect(b.version).toBe(2);
     expect(b.memory.map((m) => m.threads)[0]).toBe(1);
     expect(b.disk?.rates?.length).toBe(19);
     expect(b.kernels?.length).toBe(16);
     expect(b.workingSets?.length).toBe(6);
+    // attention per head and position: the slope of its two runs beyond the modelled slope, per head of the shipped model (6 layers × 8 heads)
+    const [e, l] = b.attention!.runs;
+    const slope = (l!.measuredUs - e!.measuredUs - (l!.modelledUs - e!.modelledUs)) / (l!.position - e!.position);
+    expect(l!.position - e!.position).toBe(96);
+    expect(b.attention!.headPositionNs).toBeCloseTo(Math.max(0, (slope / 48) * 1e3), 9);
     expect(b.messages?.postMessageUs).toBeGreaterThan(0);
-    const kept = JSON.parse(readFileSync(join(dir, "cache", "machine.json"), "utf8")) as MachineBounds;
-    expect(kept).toEqual(b);
+    const json = await cli(["probe", "--json"]);
+    expect(json.code).toBe(0);
+    expect(JSON.parse(json.out)).toEqual(b);
     const second = await cli(["probe"], { NEURONPIPE_PROGRESS: "1" });
     expect(second.code).toBe(0);
     expect(second.out).toMatch(new RegExp(`cached, measured ${b.measuredAt}`));
@@ -109,10 +113,6 @@ describe("neuronpipe probe", () => {
     expect(second.out).toMatch(/random +4 KiB +32 +\d+/);
     expect(second.out).toMatch(/Q4_0 matvec by working set: 9 MiB [\d.]+, .*, 1440 MiB [\d.]+ GB\/s/);
     expect(second.err).toBe(""); // nothing measured, no bar
-    const again = await cli(["probe", "--refresh"], { NEURONPIPE_PROGRESS: "1" });
-    expect(again.code).toBe(0);
-    expect(again.err).toMatch(/probing \[=+\] 100% \| \d+\/\d+ \| [\d.]+\/s \| ETA /);
-    expect(again.out).toMatch(/measured now/);
   }, 300_000);
 
   it("refuses a missing file and stray arguments by name", async () => {

@@ -36,16 +36,19 @@ export const probe: Command = {
         // the decoders' own costs, on the shipped model (tools/calibrate.ts)
         const cal = v.json ? undefined : progressBar("calibrating the decoders");
         let steps = 0;
-        probed.decoders = await calibrateDecoders(
+        const { decoders, attention } = await calibrateDecoders(
           probed,
           dirname(machineCachePath()),
           (_what, done, total) => cal?.(done, (steps = total)),
           () => {
             sampler.pass();
             probed.kernels = sampler.rates();
+            probed.workingSets = sampler.workingSetRates();
           },
         );
         cal?.(steps, steps);
+        probed.decoders = decoders;
+        probed.attention = attention;
         b = probed;
       } finally {
         sampler.dispose();
@@ -82,6 +85,7 @@ export function formatProbe(b: MachineBounds, measured: boolean): string {
     lines.push("decoders' own costs (fitted on the shipped model: tools/calibrate.ts):");
     for (const [d, c] of Object.entries(b.decoders)) lines.push(`  ${d.padEnd(9)} ${c.layerUs.toFixed(1).padStart(7)} µs per layer, ${c.neuronNs.toFixed(1).padStart(6)} ns per flagged neuron, ${c.requestUs.toFixed(1).padStart(5)} µs per read${c.aheadNeuronNs !== undefined ? `, ${c.aheadNeuronNs.toFixed(0)} ns per flagged neuron looked ahead` : ""}`);
   }
+  if (b.attention) lines.push(`attention beyond its KV bytes: ${b.attention.headPositionNs.toFixed(1)} ns per head per position (fitted on the shipped model at positions ${b.attention.runs.map((r) => Math.round(r.position)).join(" and ")})`);
   if (b.messages) lines.push(`messages to a worker thread and back: postMessage ${b.messages.postMessageUs.toFixed(1)} µs, Atomics wait/notify ${b.messages.atomicsUs.toFixed(1)} µs (median)`);
   return lines.join("\n");
 }
