@@ -5,8 +5,10 @@
 // resident runs: µs per layer and ns per flagged neuron (what the kernels do not explain); from
 // the runs with reads: what each read request costs it beyond the probe's rates; and for the
 // inline decoder, from a resident run with and without reads ahead, what looking a layer ahead
-// costs it per flagged neuron. Other models and budgets are predicted from these; bench/planner.js measures how
-// well.
+// costs it per flagged neuron. First, attention's cost per head and position beyond its KV bytes,
+// from the two halves of long resident generations. Every run generates what `generate` does by
+// default (128 tokens). Other models and budgets are predicted from these; bench/planner.js
+// measures how well.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { loadModel } from "../api/model.js";
@@ -74,7 +76,7 @@ const ATTENTION_TOKENS = 193;
 const ROUNDS = 3;
 
 /**
- * Fit each decoder's costs on the shipped pack (about a minute); `onStep` hears each decode
+ * Fit attention's and each decoder's costs on the shipped pack (about a minute and a half); `onStep` hears each decode
  * measured, and how many there are; `afterRound` runs after each counted round, before the fit
  * (the probe measures its kernels again there, into `m.kernels`, which the fit then uses).
  */
