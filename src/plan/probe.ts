@@ -91,6 +91,11 @@ export function measureReadRates(path: string, seconds = 0.15): ReadRate[] {
  * later): one pass is a snapshot of a phase, passes spread over the probe give its usual rate,
  * which is what a decode of many seconds gets.
  */
+/** The sample with the median value by `by` (the lower middle of an even count). */
+function lowerMedian<T>(samples: readonly T[], by: (x: T) => number): T {
+  return [...samples].sort((a, b) => by(a) - by(b))[(samples.length - 1) >> 1]!;
+}
+
 /**
  * The working sets (in 4096×4096 Q4_0 matrices of 9 MiB, each matvec'd in turn, as a decode does
  * its layers) the Q4_0 matvec is measured over: from within the last-level cache to a 7B's
@@ -108,8 +113,9 @@ export class KernelSampler {
   readonly samples = new Map<string, KernelRate[]>();
   /** Per working set (bytes), the Q4_0 matvec rates each pass measured. */
   readonly workingSetSamples = new Map<number, number[]>();
-  /** Q4_0 4096×4096 matrices, WORKING_SET_MATRICES.at(-1) of them one after another (0: not measured). */
+  /** Q4_0 4096×4096 matrices, WORKING_SET_MATRICES.at(-1) of them one after another (0: not measured), and the bytes of one. */
   private matrices = 0;
+  private readonly matrixBytes: number;
 
   /** `types`: the weight types to measure (all four by default). */
   constructor(
@@ -118,6 +124,7 @@ export class KernelSampler {
     workingSets = true,
   ) {
     const { n, cols } = this;
+    this.matrixBytes = n.rowBytes(GGMLType.Q4_0, cols) * cols;
     const src = n.alloc(cols * 4 * 64);
     this.x = n.alloc(64 * cols * 4);
     try {
@@ -138,7 +145,7 @@ export class KernelSampler {
       if (workingSets) {
         // one 4096×4096 Q4_0 matrix, quantised once and copied: the rates do not depend on the values
         const t = GGMLType.Q4_0;
-        const bytes = n.rowBytes(t, cols) * cols;
+        const bytes = this.matrixBytes;
         const count = WORKING_SET_MATRICES.at(-1)!;
         this.matrices = n.alloc(count * bytes);
         for (let r = 0; r < cols; r += 64) n.quantize(t, src, 0, this.matrices, r * n.rowBytes(t, cols), 64, cols);
@@ -152,7 +159,7 @@ export class KernelSampler {
     }
   }
 
-  /** Measure every point once (16 points of `seconds` each). */
+  /** Measure every point once (`points` of `seconds` each). */
   pass(onPoint?: () => void): void {
     const { n, cols, x, seconds } = this;
     const threads = n.getThreads();
@@ -175,7 +182,7 @@ export class KernelSampler {
     }
     if (this.matrices) {
       const t = GGMLType.Q4_0;
-      const bytes = n.rowBytes(t, cols) * cols;
+      const bytes = this.matrixBytes;
       for (const count of WORKING_SET_MATRICES) {
         const r = rate(() => {
           for (let i = 0; i < count; i++) n.matvec(t, this.matrices, i * bytes, cols, cols, x, 0, this.buffers[0]!.y, 0);
@@ -194,15 +201,12 @@ export class KernelSampler {
 
   /** The Q4_0 matvec by working set, each the median of its passes. */
   workingSetRates(): WorkingSetRate[] {
-    return [...this.workingSetSamples].map(([bytes, v]) => ({ bytes, GBps: [...v].sort((a, b) => a - b)[(v.length - 1) >> 1]! }));
+    return [...this.workingSetSamples].map(([bytes, v]) => ({ bytes, GBps: lowerMedian(v, (x) => x) }));
   }
 
   /** Each point's median over the passes (the lower middle of an even count). */
   rates(): KernelRate[] {
-    return [...this.samples.values()].map((s) => {
-      const by = (r: KernelRate) => r.GBps ?? r.GFLOPs ?? 0;
-      return [...s].sort((a, b) => by(a) - by(b))[(s.length - 1) >> 1]!;
-    });
+    return [...this.samples.values()].map((s) => lowerMedian(s, (r) => r.GBps ?? r.GFLOPs ?? 0));
   }
 
   dispose(): void {
