@@ -27,6 +27,25 @@ function both(f: () => Float32Array): [Float32Array, Float32Array] {
   return [a, b];
 }
 
+/** matvec and matvecRows (rows `ids`) of `w` on 1 and 2 threads: each bit-identical across thread counts, and matvecRows' rows equal matvec's. */
+function matvecAndRows(t: number, w: number, rows: number, cols: number, x: number, ids: number[], what: string): void {
+  const [a, b] = both(() => {
+    const y = bufBytes(rows * 4);
+    N.matvec(t, w, 0, rows, cols, x, 0, y, 0);
+    return readF32(y, rows);
+  });
+  bitsEqual(a, b, `matvec ${what}`);
+  const idx = bufI32(ids);
+  const [c, d] = both(() => {
+    const y = bufBytes(ids.length * 4);
+    N.matvecRows(t, w, 0, rows, cols, idx, 0, ids.length, x, 0, y, 0);
+    return readF32(y, ids.length);
+  });
+  bitsEqual(c, d, `matvecRows ${what}`);
+  // matvecRows of row r must equal matvec's row r exactly (same kernel per row)
+  bitsEqual(c, Float32Array.from(ids, (r) => a[r]!), "matvecRows == matvec rows");
+}
+
 describe.each(supportedLevels())("determinism on %s", (level) => {
   for (const t of TYPES) {
     // Big enough that every kernel actually splits across 2 threads.
@@ -35,23 +54,9 @@ describe.each(supportedLevels())("determinism on %s", (level) => {
       N.setSimd(level);
       const { id: w } = makeWeights(t, rows, cols, 900 + t);
       const x = bufF32(randF32(cols, 901));
-      const [a, b] = both(() => {
-        const y = bufBytes(rows * 4);
-        N.matvec(t, w, 0, rows, cols, x, 0, y, 0);
-        return readF32(y, rows);
-      });
-      bitsEqual(a, b, `matvec ${NAME[t]}`);
-
       const ids = Array.from({ length: 301 }, (_, i) => (i * 37) % rows);
+      matvecAndRows(t, w, rows, cols, x, ids, NAME[t]!);
       const idx = bufI32(ids);
-      const [c, d] = both(() => {
-        const y = bufBytes(ids.length * 4);
-        N.matvecRows(t, w, 0, rows, cols, idx, 0, ids.length, x, 0, y, 0);
-        return readF32(y, ids.length);
-      });
-      bitsEqual(c, d, `matvecRows ${NAME[t]}`);
-      // matvecRows of row r must equal matvec's row r exactly (same kernel per row)
-      bitsEqual(c, Float32Array.from(ids, (r) => a[r]!), "matvecRows == matvec rows");
 
       const nTok = 9;
       const X = bufF32(randF32(nTok * cols, 902));
@@ -95,21 +100,8 @@ describe.each(supportedLevels())("determinism on %s", (level) => {
       const rows = 11008;
       const { id: w } = makeWeights(t, rows, cols, 910 + cols);
       const x = bufF32(randF32(cols, 911));
-      const [a, b] = both(() => {
-        const y = bufBytes(rows * 4);
-        N.matvec(t, w, 0, rows, cols, x, 0, y, 0);
-        return readF32(y, rows);
-      });
-      bitsEqual(a, b, `matvec Q8_0 cols ${cols}`);
       const ids = Array.from({ length: 3001 }, (_, i) => (i * 37) % rows);
-      const idx = bufI32(ids);
-      const [c, d] = both(() => {
-        const y = bufBytes(ids.length * 4);
-        N.matvecRows(t, w, 0, rows, cols, idx, 0, ids.length, x, 0, y, 0);
-        return readF32(y, ids.length);
-      });
-      bitsEqual(c, d, `matvecRows Q8_0 cols ${cols}`);
-      bitsEqual(c, Float32Array.from(ids, (r) => a[r]!), "matvecRows == matvec rows");
+      matvecAndRows(t, w, rows, cols, x, ids, `Q8_0 cols ${cols}`);
     });
   }
 
