@@ -680,12 +680,7 @@ Napi::Value FlagAbove(const Napi::CallbackInfo& info) {
   const float* s = (const float*)c.span(0, "scores", sOff, (double)n * 4, 4);
   const float* t = (const float*)c.span(2, "thresholds", tOff, (double)n * 4, 4);
   int32_t* out = (int32_t*)c.span(5, "out", oOff, (double)n * 4, 4);
-  int64_t m = 0;
-  for (int64_t p = 0; p < n; p++) {
-    out[m] = (int32_t)p;
-    m += s[p] > t[p];  // branch-free: the store is overwritten until a flag keeps it
-  }
-  return Napi::Number::New(info.Env(), (double)m);
+  return Napi::Number::New(info.Env(), (double)np::opFlagAbove(s, t, n, out));
 }
 
 Napi::Value KvStore(const Napi::CallbackInfo& info) {

@@ -463,6 +463,15 @@ void opAdd(const float* a, const float* b, float* out, int64_t n) {
   elementwise(n, [&](int64_t i, int64_t m) { k.add(a + i, b + i, out + i, m); });
 }
 
+int64_t opFlagAbove(const float* s, const float* t, int64_t n, int32_t* out) {
+  int64_t m = 0;
+  for (int64_t p = 0; p < n; p++) {
+    out[m] = (int32_t)p;
+    m += s[p] > t[p];  // branch-free: the store is overwritten until a flag keeps it
+  }
+  return m;
+}
+
 void opKvStore(int kvType, uint8_t* cache, int64_t rowLen, int64_t pos0, int64_t nTok, const float* src) {
   const Kernels& k = K();
   for (int64_t t = 0; t < nTok; t++) {

@@ -54,6 +54,8 @@ void opRope(float* x, int64_t nTok, int64_t nHeads, int64_t headDim, int64_t rop
 void opSoftmax(float* x, int64_t n, int64_t nRows);
 void opGated(int kind, const float* g, const float* u, float* out, int64_t n);
 void opAdd(const float* a, const float* b, float* out, int64_t n);
+// The positions p with s[p] > t[p], ascending, into out (n slots); returns how many.
+int64_t opFlagAbove(const float* s, const float* t, int64_t n, int32_t* out);
 void opKvStore(int kvType, uint8_t* cache, int64_t rowLen, int64_t pos0, int64_t nTok, const float* src);
 void opAttention(int kvType, const float* q, const uint8_t* kc, const uint8_t* vc, int64_t nHead, int64_t nHeadKv,
                  int64_t headDim, int64_t pos0, int64_t nTok, float* out);
