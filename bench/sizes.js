@@ -8,16 +8,15 @@
 //
 //   node bench/sizes.js [--dir DIR] [--decode 32] [--repeat 3] [--threads 2] [--out FILE]
 // Writes bench/results/sizes.json (or --out) and prints a table.
-import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { decodeSpeed } from "./lib/decode-speed.mjs";
+import { buildPlantedModel, PLANTED_SIZES } from "./lib/planted-model.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
-const cli = join(rootDir, "bin", "neuronpipe.js");
 const { values: v } = parseArgs({
   options: {
     dir: { type: "string", default: join(benchDir, ".models", "sizes") },
@@ -34,42 +33,6 @@ const ctx = 256;
 const log = (s) => process.stderr.write(`[sizes] ${s}\n`);
 const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
 
-// name, synth shape (Llama-style: 4 KV heads of 128 or 64), approximate Q4_0 size
-const SIZES = [
-  { name: "s-230m", args: ["--embd", "1024", "--ff", "4096", "--layers", "20", "--heads", "16", "--kv-heads", "16"] },
-  { name: "m-540m", args: ["--embd", "2048", "--ff", "5632", "--layers", "16", "--heads", "16", "--kv-heads", "16"] },
-  { name: "l-1.2g", args: ["--embd", "2048", "--ff", "8192", "--layers", "32", "--heads", "16", "--kv-heads", "16"] },
-];
-
-function run(args, what) {
-  log(`${what}: neuronpipe ${args.join(" ")}`);
-  const r = spawnSync(process.execPath, [cli, ...args], { stdio: ["ignore", "ignore", "inherit"] });
-  if (r.status !== 0) throw new Error(`${what} failed (exit ${r.status})`);
-}
-
-async function build(size) {
-  mkdirSync(v.dir, { recursive: true });
-  const model = join(v.dir, `${size.name}-q4_0.gguf`);
-  const corpus = join(v.dir, "random-tokens-llama2-seed1-12k.txt");
-  const pack = join(v.dir, `${size.name}-q4_0.pack.gguf`);
-  if (!existsSync(model)) run(["synth", ...size.args, "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", "--seed", "1", "--out", model], "synth");
-  if (!existsSync(corpus)) {
-    const { vocabFromGGUF } = await import(pathToFileURL(join(rootDir, "dist", "src", "model", "vocab.js")).href);
-    const tok = np.createTokenizer(vocabFromGGUF(np.readGGUF(model)));
-    let s = 1;
-    const ids = [];
-    while (ids.length < 12000) {
-      s = (Math.imul(s, 1664525) + 1013904223) >>> 0; // the LCG of bench/sparse.js
-      ids.push(259 + (s % (tok.vocabSize - 259)));
-    }
-    writeFileSync(corpus, tok.decode(ids));
-  }
-  if (!existsSync(`${model}.profile.gguf`)) run(["profile", "--model", model, "--corpus", corpus, "--max-tokens", "1024", "--ctx", "256", "--threads", String(threads)], "profile");
-  if (!existsSync(`${model}.predictor.gguf`)) run(["train-predictor", "--model", model, "--corpus", corpus, "--max-tokens", "10000", "--threads", String(threads)], "train-predictor");
-  if (!existsSync(pack)) run(["pack", "--model", model, "--out", pack], "pack");
-  return { model, pack };
-}
-
 /** Median decode tok/s of `reps` greedy generations after a 4-token warm-up. */
 const speed = async (m) => {
   const r = await decodeSpeed(m, { prompt: "Once upon a time", tokens: decode, reps, warmup: 4, contextSize: ctx });
@@ -77,8 +40,8 @@ const speed = async (m) => {
 };
 
 const results = [];
-for (const size of SIZES) {
-  const { model, pack } = await build(size);
+for (const size of PLANTED_SIZES) {
+  const { model, pack } = await buildPlantedModel(size, { dir: v.dir, threads, log });
   const file = np.readGGUF(model);
   const pred = np.readGGUF(`${model}.predictor.gguf`);
   const arr = (k) => Array.from(pred.metadata.get(`neuronpipe.predictor.${k}`)?.value ?? []);
