@@ -10,15 +10,17 @@
 //      same run
 //   3. every explicit decoder beside the default at 25/50/100% (is the default ever the slow one?)
 //   4. `plan --min-speed`: the budget it names for half the resident speed, run
-//   5. the 7B-shaped model (--dir) at 25/50/75/100% predicted vs measured, and the paper's
+//   5. a synthetic planted-ReGLU model of another size (bench/lib/planted-model.mjs, s-230m: 20
+//      layers × 4096 neurons, width 1024) at 25/50/75/100%, predicted vs measured
+//   6. the 7B-shaped model (--dir) at 25/50/75/100% predicted vs measured, and the paper's
 //      Fig. 9: speed vs memory from the smallest workable budget to everything resident, measured
 //      and predicted, with llama.cpp (norepack, mmap) in a memory cgroup of the same limit
 //      (bench/sparse.js --only llama-norepack-limited) — docs/img/speed-vs-memory-7b.svg
 //
 //   node bench/planner.js [--dir /work/models7b] [--tokens 128] [--tokens-7b 12] [--no-llama]
-//                         [--parts default,7b,7b-grid,fig9] [--lock FILE] [--out bench/results/planner.json]
-// (--parts: the default model's steps 1-4 — or its step 1 alone: default-fractions —, the 7B's
-// fractions, its grid, Fig. 9; all by default)
+//                         [--parts default,synthetic,7b,7b-grid,fig9] [--sizes-dir DIR] [--lock FILE] [--out bench/results/planner.json]
+// (--parts: the default model's steps 1-4 — or its step 1 alone: default-fractions —, the
+// synthetic model's fractions, the 7B's fractions, its grid, Fig. 9; all by default)
 // Decode speed = tokens/s of sampled generations (seeded; greedy decoding of the small model
 // falls into loops that read nothing), median of 5 after a warm-up (the 7B: of 2), one model at a
 // time; predicted vs measured takes the median of rounds over the budgets (5 for the default model, 3 for the 7B)
@@ -28,6 +30,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { buildPlantedModel, PLANTED_SIZES } from "./lib/planted-model.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
@@ -37,7 +40,8 @@ const { values: v } = parseArgs({
     tokens: { type: "string", default: "128" },
     "tokens-7b": { type: "string", default: "12" },
     "no-llama": { type: "boolean" },
-    parts: { type: "string", default: "default,7b,7b-grid,fig9" },
+    parts: { type: "string", default: "default,synthetic,7b,7b-grid,fig9" },
+    "sizes-dir": { type: "string", default: join(benchDir, ".models", "sizes") },
     lock: { type: "string" },
     out: { type: "string", default: join(rootDir, "bench", "results", "planner.json") },
   },
@@ -204,6 +208,16 @@ if (defaultAll || parts.has("default-fractions")) {
     log(`plan --min-speed ${target}: ${(named.memory.budget / MiB).toFixed(1)} MiB; measured there ${run.tokPerSec.toFixed(1)} tok/s = ${(run.tokPerSec / target).toFixed(2)} of the target`);
     out.sweep = planner.sweepPlans(inp, m, limits, 10).map((p) => ({ budget: p.memory.budget, tokPerSec: p.predicted.tokPerSec, decoder: p.knobs.decoder }));
   }
+}
+
+// ---- a synthetic shape of another size ------------------------------------------------------
+if (parts.has("synthetic")) {
+  // built once and shared with bench/sizes.js (its --dir)
+  const size = PLANTED_SIZES[0];
+  const { pack } = await buildPlantedModel(size, { dir: v["sizes-dir"], log });
+  const info = np.openPack(pack);
+  results.synthetic = { name: size.name, pack, shape: { nLayer: info.config.nLayer, nFF: info.config.nFF, nEmbd: info.config.nEmbd } };
+  results.synthetic.fractions = await fractionRounds(`synthetic ${size.name}`, pack, { tokens: Number(v.tokens), ctx: 256, rounds: 5 });
 }
 
 // ---- the 7B-shaped model ---------------------------------------------------------------------
