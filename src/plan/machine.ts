@@ -56,6 +56,19 @@ export interface WorkingSetRate {
   GBps: number;
 }
 
+/**
+ * `probe`: the Q4_0 matvec on matrices of one shape (rows × cols), cycling through ≥ 128 MiB of
+ * them, weight bytes per second. Beyond its bytes a call costs per row (each row's reduction
+ * and store) and per call (waking the kernel threads, ramping the hardware prefetch): on this VM
+ * a 1024×1024 matrix read at ~14 GB/s where 4096×4096 read at ~26. The time model fits both
+ * costs from these (time-model.ts `callCosts`).
+ */
+export interface ShapeRate {
+  rows: number;
+  cols: number;
+  GBps: number;
+}
+
 /** `probe`: a message from one thread to another and back, median µs. */
 export interface MessageRates {
   postMessageUs: number;
@@ -89,6 +102,8 @@ export interface MachineBounds {
   kernels?: KernelRate[];
   /** `probe`: the Q4_0 matvec by working set (bytes ascending). */
   workingSets?: WorkingSetRate[];
+  /** `probe`: the Q4_0 matvec by matrix shape, out of the last-level cache. */
+  shapes?: ShapeRate[];
   messages?: MessageRates;
   decoders?: Partial<Record<"inline" | "pipeline" | "blocking", DecoderCalibration>>;
   /** `probe`: attention's cost per query head and position beyond its KV bytes (tools/calibrate.ts). */

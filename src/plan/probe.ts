@@ -6,7 +6,7 @@
 import { statSync } from "node:fs";
 import { Worker } from "node:worker_threads";
 import { GGMLType, native } from "../native.js";
-import { keepMachine, machineCachePath, measureBounds, type KernelRate, type MachineBounds, type MessageRates, type ReadRate, type WorkingSetRate } from "./machine.js";
+import { keepMachine, machineCachePath, measureBounds, type KernelRate, type MachineBounds, type MessageRates, type ReadRate, type ShapeRate, type WorkingSetRate } from "./machine.js";
 
 const MiB = 2 ** 20;
 
@@ -103,6 +103,20 @@ function lowerMedian<T>(samples: readonly T[], by: (x: T) => number): T {
  */
 const WORKING_SET_MATRICES = [1, 3, 8, 14, 56, 160] as const;
 
+/**
+ * The matrix shapes (rows × cols) the Q4_0 matvec is measured on, each cycling through 128 MiB
+ * of its matrices (the working-set buffer, read as matrices of that shape): a small model's
+ * attention (1024²), short and long rows of the same bytes, the 7B's (4096²), a classifier.
+ */
+const SHAPES = [
+  [1024, 1024],
+  [4096, 1024],
+  [1024, 4096],
+  [2048, 2048],
+  [4096, 4096],
+  [32000, 1024],
+] as const;
+
 export class KernelSampler {
   private readonly n = native();
   private readonly cols = 4096;
@@ -113,6 +127,8 @@ export class KernelSampler {
   readonly samples = new Map<string, KernelRate[]>();
   /** Per working set (bytes), the Q4_0 matvec rates each pass measured. */
   readonly workingSetSamples = new Map<number, number[]>();
+  /** Per shape ("rows×cols"), the Q4_0 matvec rates each pass measured. */
+  readonly shapeSamples = new Map<string, number[]>();
   /** Q4_0 4096×4096 matrices, WORKING_SET_MATRICES.at(-1) of them one after another (0: not measured), and the bytes of one. */
   private matrices = 0;
   private readonly matrixBytes: number;
@@ -191,17 +207,36 @@ export class KernelSampler {
         this.workingSetSamples.set(key, [...(this.workingSetSamples.get(key) ?? []), (r * count * bytes) / 1e9]);
         onPoint?.();
       }
+      // the same buffer read as matrices of each shape (Q4_0 blocks are self-contained: any
+      // reinterpretation is valid data), as many as 128 MiB holds, one after another
+      for (const [rows, cols] of SHAPES) {
+        const one = rows * n.rowBytes(t, cols);
+        const count = Math.max(1, Math.floor((128 * MiB) / one));
+        let i = 0;
+        const r = rate(() => n.matvec(t, this.matrices, (i++ % count) * one, rows, cols, x, 0, this.buffers[0]!.y, 0), seconds);
+        const key = `${rows}×${cols}`;
+        this.shapeSamples.set(key, [...(this.shapeSamples.get(key) ?? []), (r * one) / 1e9]);
+        onPoint?.();
+      }
     }
   }
 
   /** Points a pass measures. */
   get points(): number {
-    return this.buffers.length * 4 + (this.matrices ? WORKING_SET_MATRICES.length : 0);
+    return this.buffers.length * 4 + (this.matrices ? WORKING_SET_MATRICES.length + SHAPES.length : 0);
   }
 
   /** The Q4_0 matvec by working set, each the median of its passes. */
   workingSetRates(): WorkingSetRate[] {
     return [...this.workingSetSamples].map(([bytes, v]) => ({ bytes, GBps: lowerMedian(v, (x) => x) }));
+  }
+
+  /** The Q4_0 matvec by matrix shape, each the median of its passes. */
+  shapeRates(): ShapeRate[] {
+    return [...this.shapeSamples].map(([key, v]) => {
+      const [rows, cols] = key.split("×").map(Number) as [number, number];
+      return { rows, cols, GBps: lowerMedian(v, (x) => x) };
+    });
   }
 
   /** Each point's median over the passes (the lower middle of an even count). */
@@ -303,6 +338,7 @@ export async function probeMachine(o: ProbeOptions & { sampler?: KernelSampler }
     kernels();
     b.kernels = sampler.rates();
     b.workingSets = sampler.workingSetRates();
+    b.shapes = sampler.shapeRates();
     keepMachine(b, o.cachePath ?? machineCachePath());
     return b;
   } finally {

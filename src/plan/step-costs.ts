@@ -19,6 +19,8 @@ export function stepCosts(file: GGUFFile, cfg: ModelConfig, sparse?: Pick<Sparse
     for (let l = 0; l < cfg.nLayer; l++) for (const n of names) b += bytes(`blk.${l}.${n}.weight`);
     return b / cfg.nLayer;
   };
+  const rows = (name: string) => file.tensorsByName.get(name)?.ne[1] ?? 0;
+  const attentionRows = ["attn_q", "attn_k", "attn_v", "attn_output"].reduce((a, n) => a + rows(`blk.0.${n}.weight`), 0);
   const output = (file.tensorsByName.has("output.weight") ? bytes("output.weight") : bytes("token_embd.weight")) + bytes("output_norm.weight");
   const costs: StepCosts = {
     nLayer: cfg.nLayer,
@@ -26,7 +28,9 @@ export function stepCosts(file: GGUFFile, cfg: ModelConfig, sparse?: Pick<Sparse
     // K and V of one position, F16 (the KV cache type of every decoder that traces)
     kvBytesPerPosition: 2 * cfg.nHeadKv * cfg.headDim * 2,
     attentionHeads: cfg.nHead,
+    attentionRows,
     outputBytes: output,
+    outputRows: rows(file.tensorsByName.has("output.weight") ? "output.weight" : "token_embd.weight"),
     denseFfnBytes: perLayer(FFN),
   };
   if (sparse) {

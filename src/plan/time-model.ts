@@ -11,7 +11,9 @@
 //   output      output norm + classifier ÷ matvec rate
 //   (each rate at the working set of the weights the token touches: the probe's Q4_0 matvec by
 //   working set scales its kernel table, measured over 128 MiB — on this VM 9 MiB read at ~70
-//   GB/s and 1.4 GiB at ~41)
+//   GB/s and 1.4 GiB at ~41; and each step's calls and rows cost what the probe's matvec by
+//   matrix shape says beyond their bytes, against the shape the kernel table was measured on —
+//   a 1024×1024 matrix reads at about half the rate of a 4096×4096 one)
 //   host        the decoder's own cost on the calling thread: µs per layer + ns per flagged
 //               neuron (cache lookups, chunking, task messages), calibrated by the probe on the
 //               shipped model with everything resident (tools/calibrate.ts)
@@ -28,7 +30,7 @@
 //   blocking    (LLMFlash) every read before compute: compute + host + reads
 import type { GGUFFile } from "../gguf/reader.js";
 import type { StepCosts } from "../trace/recorder.js";
-import type { DecoderCalibration, KernelRate, MachineBounds, ReadRate } from "./machine.js";
+import type { DecoderCalibration, KernelRate, MachineBounds, ReadRate, ShapeRate } from "./machine.js";
 import type { Pack } from "../sparse/pack/format.js";
 import type { MemoryPlan } from "../sparse/memory-plan.js";
 import { forecastCache, type ProfileRates } from "./cache-model.js";
@@ -82,6 +84,19 @@ const TYPE_NAMES: Record<number, KernelRate["type"]> = { 0: "F32", 1: "F16", 8: 
 /** The bytes of weights the probe's kernel table cycles through (probe.ts: ≥ 128 MiB per type). */
 export const KERNEL_TABLE_BYTES = 128 * 2 ** 20;
 
+/** One call of the kernel table's matvec, as its shape is compared: a 4096×4096 Q4_0 matrix (the table's rows are 4096 wide, its rates per byte as a 7B's). */
+const MATVEC_TABLE_CALL: CallShape = { bytes: 4096 * 128 * 18, rows: 4096, calls: 1 };
+
+/** Bytes of a 4096-wide row by GGML type (the kernel table's rows). */
+const TABLE_ROW_BYTES: Record<number, number> = { 0: 16384, 1: 8192, 8: 4352, 2: 2304 };
+
+/** One call of the kernel table's gather or axpy on `type`: a tenth of its rows, 4096 wide, KERNEL_TABLE_BYTES in all (probe.ts). */
+function gatherTableCall(type: number): CallShape {
+  const rowBytes = TABLE_ROW_BYTES[type] ?? 16384;
+  const rows = Math.floor((Math.ceil(KERNEL_TABLE_BYTES / rowBytes / 64) * 64) / 10);
+  return { bytes: rows * rowBytes, rows, calls: 1 };
+}
+
 /**
  * GB/s of a kernel on a weight type at `threads`, for a token that touches `workingSet` bytes: the
  * probe measured at its pool's threads over KERNEL_TABLE_BYTES; other thread counts scale with
@@ -101,6 +116,81 @@ export function workingSetFactor(m: MachineBounds, bytes: number): number {
   if (!ws || ws.length < 2) return 1;
   const pts = [...ws].sort((a, b) => a.bytes - b.bytes).map((w) => [w.bytes, w.GBps] as const);
   return interp(pts, Math.max(1, bytes)) / interp(pts, KERNEL_TABLE_BYTES);
+}
+
+/** What a matvec call costs beyond its bytes: ns per byte streamed, per row, per call (least squares over the probe's shapes). */
+export interface CallCosts {
+  byteNs: number;
+  rowNs: number;
+  callNs: number;
+}
+
+/**
+ * Fit t = bytes·byteNs + rows·rowNs + callNs to the probe's Q4_0 matvec by shape (a call of
+ * rows × cols): undefined without at least three shapes. A negative row or call cost (noise on a
+ * machine where it is small) is dropped and the rest refitted.
+ */
+export function callCosts(shapes: readonly ShapeRate[] | undefined): CallCosts | undefined {
+  if (!shapes || shapes.length < 3) return undefined;
+  const pts = shapes.map((r) => {
+    const bytes = r.rows * (r.cols / 32) * 18; // Q4_0: 18 bytes per 32 weights
+    return { bytes, rows: r.rows, ns: bytes / r.GBps };
+  });
+  const fit = (useRows: boolean, useCalls: boolean): CallCosts => {
+    const cols = (p: (typeof pts)[number]) => [p.bytes, ...(useRows ? [p.rows] : []), ...(useCalls ? [1] : [])];
+    const k = cols(pts[0]!).length;
+    const A = Array.from({ length: k }, () => new Array<number>(k + 1).fill(0));
+    for (const p of pts) {
+      const c = cols(p);
+      for (let i = 0; i < k; i++) {
+        for (let j = 0; j < k; j++) A[i]![j]! += c[i]! * c[j]!;
+        A[i]![k]! += c[i]! * p.ns;
+      }
+    }
+    const x = solve(A);
+    return { byteNs: x[0]!, rowNs: useRows ? x[1]! : 0, callNs: useCalls ? x[k - 1]! : 0 };
+  };
+  let c = fit(true, true);
+  if (c.rowNs < 0 && c.callNs < 0) c = fit(false, false);
+  else if (c.rowNs < 0) c = fit(false, true);
+  else if (c.callNs < 0) c = fit(true, false);
+  if (c.rowNs < 0 || c.callNs < 0) c = fit(false, false);
+  return c.byteNs > 0 ? c : undefined;
+}
+
+/** Gaussian elimination with partial pivoting on an augmented k × (k + 1) matrix. */
+function solve(A: number[][]): number[] {
+  const k = A.length;
+  for (let i = 0; i < k; i++) {
+    let p = i;
+    for (let r = i + 1; r < k; r++) if (Math.abs(A[r]![i]!) > Math.abs(A[p]![i]!)) p = r;
+    [A[i], A[p]] = [A[p]!, A[i]!];
+    for (let r = i + 1; r < k; r++) {
+      const f = A[r]![i]! / A[i]![i]!;
+      for (let j = i; j <= k; j++) A[r]![j]! -= f * A[i]![j]!;
+    }
+  }
+  const x = new Array<number>(k).fill(0);
+  for (let i = k - 1; i >= 0; i--) {
+    let v = A[i]![k]!;
+    for (let j = i + 1; j < k; j++) v -= A[i]![j]! * x[j]!;
+    x[i] = v / A[i]![i]!;
+  }
+  return x;
+}
+
+/** A call shape: bytes, rows and calls of a step (all layers). */
+export interface CallShape {
+  bytes: number;
+  rows: number;
+  calls: number;
+}
+
+/** How much longer (> 1) a step of `shape` takes than its bytes at the kernel table's rate, measured on calls of `reference`'s shape (1 without the probe's shapes). */
+export function shapeFactor(c: CallCosts | undefined, shape: CallShape, reference: CallShape): number {
+  if (!c || shape.bytes <= 0) return 1;
+  const perByte = (x: CallShape) => (x.bytes * c.byteNs + x.rows * c.rowNs + x.calls * c.callNs) / x.bytes;
+  return perByte(shape) / perByte(reference);
 }
 
 /** Reads per second of `blockBytes` random reads at `depth`, interpolated (log-log) from the probe's table; the 4 KiB figure of the bounds when the table is missing. */
@@ -177,16 +267,28 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   const workingSet = nLayer * costs.attentionBytes + (rates.oracle ? 0 : (costs.predictorBytes ?? 0)) + gateBytes + fired * (pack.upBytes + pack.downBytes) + costs.outputBytes;
   const rate = (type: number, kernel: KernelRate["kernel"]) => kernelRate(m, type, kernel, o.threads, workingSet);
   const mv = (type: number) => rate(type, "matvec");
+  // calls and rows beyond bytes, against the shapes the kernel table was measured on
+  const cc = callCosts(m.shapes);
+  const layers = (rows: number, calls: number) => ({ rows: nLayer * rows, calls: nLayer * calls });
   const memGBps = m.memory.find((x) => x.threads === o.threads)?.readGBps ?? m.memory[0]!.readGBps;
   const positions = o.position + 1;
+  const attentionWeights = nLayer * costs.attentionBytes;
   const attention =
-    us(nLayer * costs.attentionBytes, mv(s.attentionType)) +
+    us(attentionWeights, mv(s.attentionType)) * (costs.attentionRows ? shapeFactor(cc, { bytes: attentionWeights, ...layers(costs.attentionRows, 4) }, MATVEC_TABLE_CALL) : 1) +
     us(nLayer * costs.kvBytesPerPosition * positions, memGBps) +
     (nLayer * (costs.attentionHeads ?? 0) * positions * (m.attention?.headPositionNs ?? 0)) / 1e3;
-  const predictorPass = rates.oracle ? 0 : us(costs.predictorBytes ?? 0, mv(s.predictorType));
-  const gate = us(gateBytes, rates.oracle ? mv(pack.gateType) : rate(pack.gateType, "gather"));
-  const upDown = us(fired * pack.upBytes, rate(pack.upType, "gather")) + us(fired * pack.downBytes, rate(pack.downType, "axpy"));
-  const output = us(costs.outputBytes, mv(s.outputType));
+  // the predictor's short rows go through a blocked kernel whose cost per row the probe does not
+  // measure: only its calls (two per layer) are counted beyond its bytes
+  const predictorBytes = costs.predictorBytes ?? 0;
+  const predictorPass = rates.oracle ? 0 : us(predictorBytes, mv(s.predictorType)) * shapeFactor(cc, { bytes: predictorBytes, ...layers(0, 2) }, MATVEC_TABLE_CALL);
+  const gather = gatherTableCall(pack.gateType);
+  const gate = rates.oracle
+    ? us(gateBytes, mv(pack.gateType)) * shapeFactor(cc, { bytes: gateBytes, ...layers(nFF, 1) }, MATVEC_TABLE_CALL)
+    : us(gateBytes, rate(pack.gateType, "gather")) * shapeFactor(cc, { bytes: gateBytes, rows: flagged, calls: nLayer }, gather);
+  const upDown =
+    us(fired * pack.upBytes, rate(pack.upType, "gather")) * shapeFactor(cc, { bytes: fired * pack.upBytes, rows: fired, calls: nLayer }, gatherTableCall(pack.upType)) +
+    us(fired * pack.downBytes, rate(pack.downType, "axpy")) * shapeFactor(cc, { bytes: fired * pack.downBytes, rows: fired, calls: nLayer }, gatherTableCall(pack.downType));
+  const output = us(costs.outputBytes, mv(s.outputType)) * (costs.outputRows ? shapeFactor(cc, { bytes: costs.outputBytes, rows: costs.outputRows, calls: 1 }, MATVEC_TABLE_CALL) : 1);
   const cal: DecoderCalibration = m.decoders?.[o.decoder] ?? UNCALIBRATED[o.decoder];
   const host = nLayer * cal.layerUs + (flagged * cal.neuronNs) / 1e3;
   // reads: the cache model's misses, a request each

@@ -55,7 +55,9 @@ export interface StepCosts {
   attentionBytes: number; // per layer: attn_norm, attn_q/k/v/output and ffn_norm weights
   kvBytesPerPosition: number; // per layer: K and V of one position
   attentionHeads?: number; // per layer: query heads, each of which scores and sums every position
+  attentionRows?: number; // per layer: rows of attn_q, attn_k, attn_v and attn_output (the matvecs' rows)
   outputBytes: number; // output_norm and the classifier
+  outputRows?: number; // the classifier's rows (vocabulary)
   denseFfnBytes: number; // per layer: every gate, up and down row
   gateRowBytes?: number; // sparse: one gate row
   upDownRowBytes?: number; // sparse: one up row and one down column

@@ -13,7 +13,7 @@ import { forecastCache, type ProfileRates } from "../../src/plan/cache-model.js"
 import type { MachineBounds } from "../../src/plan/machine.js";
 import { readPlanFile, writePlanFile } from "../../src/plan/plan-file.js";
 import { budgetForSpeed, makePlan, smallestBudget, sweepPlans, wholeBudget, type PlannerInput } from "../../src/plan/planner.js";
-import { kernelRate, tokenTime, workingSetFactor } from "../../src/plan/time-model.js";
+import { callCosts, kernelRate, shapeFactor, tokenTime, workingSetFactor } from "../../src/plan/time-model.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { runCli } from "../helpers/cli.js";
@@ -237,6 +237,40 @@ describe("time model", () => {
     const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 } as const;
     const [flat, scaled] = [tokenTime(inp.shape, mem, fakeMachine(), o), tokenTime(inp.shape, mem, curve, o)];
     for (const step of ["predictor", "gate", "upDown", "output"] as const) expect(scaled[step] * f, step).toBeCloseTo(flat[step], 9);
+  });
+
+  it("matrix shapes: the probe's rates by shape give back the byte, row and call costs they were made from; a step costs its calls and rows against the table's 4096×4096 call", () => {
+    // rates made by hand from t = bytes·0.03 + rows·10 + 8000 ns (Q4_0: 18 bytes per 32 weights)
+    const made = (rows: number, cols: number) => {
+      const bytes = (rows * cols * 18) / 32;
+      return { rows, cols, GBps: bytes / (bytes * 0.03 + rows * 10 + 8000) };
+    };
+    const shapes = [made(1024, 1024), made(4096, 1024), made(1024, 4096), made(4096, 4096), made(32000, 1024)];
+    const c = callCosts(shapes)!;
+    expect(c.byteNs).toBeCloseTo(0.03, 9);
+    expect(c.rowNs).toBeCloseTo(10, 6);
+    expect(c.callNs).toBeCloseTo(8000, 3);
+    expect(callCosts(shapes.slice(0, 2))).toBeUndefined(); // two shapes cannot fix three costs
+    // 80 calls of 1024×1024 against one 4096×4096 call, per byte, by hand
+    const ref = { bytes: 4096 * 128 * 18, rows: 4096, calls: 1 };
+    const small = { bytes: 80 * 1024 * 32 * 18, rows: 80 * 1024, calls: 80 };
+    const perByte = (x: typeof ref) => (x.bytes * 0.03 + x.rows * 10 + x.calls * 8000) / x.bytes;
+    expect(shapeFactor(c, small, ref)).toBeCloseTo(perByte(small) / perByte(ref), 6);
+    expect(shapeFactor(c, small, ref)).toBeGreaterThan(1.3);
+    expect(shapeFactor(undefined, small, ref)).toBe(1);
+    // the default pack's attention (4 matvecs per layer of its rows) and output take that factor longer; the other steps too, each by its own
+    const inp = input();
+    const { pack, costs } = { pack: inp.pack, costs: inp.shape.costs };
+    const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, inp.optionsFor("inline", Number.MAX_SAFE_INTEGER, { pinGates: false, hotShare: 0.75, clusterSize: 32 }));
+    const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 0, window: 5 } as const;
+    const noKv = { ...inp.shape, costs: { ...costs, kvBytesPerPosition: 0 } };
+    const [flat, shaped] = [tokenTime(noKv, mem, fakeMachine(), o), tokenTime(noKv, mem, { ...fakeMachine(), shapes }, o)];
+    const { nLayer } = pack.config;
+    expect(costs.attentionRows).toBe(256 + 128 + 128 + 256); // attn_q, attn_k, attn_v, attn_output rows of the default model
+    const attention = shapeFactor(c, { bytes: nLayer * costs.attentionBytes, rows: nLayer * costs.attentionRows!, calls: 4 * nLayer }, ref);
+    expect(shaped.attention / flat.attention).toBeCloseTo(attention, 9);
+    expect(shaped.output / flat.output).toBeCloseTo(shapeFactor(c, { bytes: costs.outputBytes, rows: costs.outputRows!, calls: 1 }, ref), 9);
+    for (const step of ["predictor", "gate", "upDown"] as const) expect(shaped[step], step).toBeGreaterThan(flat[step]);
   });
 
   it("reads: k requests per batch at depth k; the pipeline overlaps half of the shorter side with the other, inline adds them", () => {

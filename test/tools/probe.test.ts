@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli.js";
 import { measureDisk, measureMemory, type MachineBounds } from "../../src/plan/machine.js";
+import { callCosts } from "../../src/plan/time-model.js";
 import { KernelSampler, measureKernels, measureMessages, measureReadRates } from "../../src/plan/probe.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-probe-"));
@@ -36,7 +37,7 @@ describe("probe", () => {
     for (const x of k.filter((x) => x.kernel === "matmul")) expect(x.GFLOPs!).toBeGreaterThan(1);
   }, 120_000);
 
-  it("kernels in passes (KernelSampler): each point's rate is the median of what its passes measured, the Q4_0 matvec by working set too", () => {
+  it("kernels in passes (KernelSampler): each point's rate is the median of what its passes measured, the Q4_0 matvec by working set and by shape too", () => {
     const s = new KernelSampler(0.03, ["Q4_0", "F32"]);
     try {
       for (let i = 0; i < 3; i++) s.pass();
@@ -45,6 +46,10 @@ describe("probe", () => {
       const ws = s.workingSetRates();
       expect(ws.map((w) => w.bytes)).toEqual([1, 3, 8, 14, 56, 160].map((k) => k * 4096 * 128 * 18));
       for (const w of ws) expect(w.GBps).toBe([...s.workingSetSamples.get(w.bytes)!].sort((a, b) => a - b)[1]);
+      // and by matrix shape
+      const shapes = s.shapeRates();
+      expect(shapes.length).toBe(6);
+      for (const r of shapes) expect(r.GBps).toBe([...s.shapeSamples.get(`${r.rows}×${r.cols}`)!].sort((a, b) => a - b)[1]);
       const rates = s.rates();
       for (const [key, samples] of s.samples) {
         expect(samples.length).toBe(3);
@@ -97,6 +102,14 @@ describe("neuronpipe probe", () => {
     expect(b.disk?.rates?.length).toBe(19);
     expect(b.kernels?.length).toBe(16);
     expect(b.workingSets?.length).toBe(6);
+    // the matvec by shape: every shape measured, and the costs the time model fits from them are
+    // the least-squares solution (its residuals are orthogonal to bytes, rows and calls)
+    expect(b.shapes?.map((r) => `${r.rows}×${r.cols}`)).toEqual(["1024×1024", "4096×1024", "1024×4096", "2048×2048", "4096×4096", "32000×1024"]);
+    const cc = callCosts(b.shapes)!;
+    const pts = b.shapes!.map((r) => ({ bytes: (r.rows * r.cols * 18) / 32, rows: r.rows }));
+    const resid = pts.map((p, i) => p.bytes / b.shapes![i]!.GBps - (p.bytes * cc.byteNs + p.rows * cc.rowNs + cc.callNs));
+    const scale = pts.reduce((a, p, i) => a + p.bytes / b.shapes![i]!.GBps, 0);
+    if (cc.rowNs > 0 && cc.callNs > 0) for (const w of [(p: (typeof pts)[number]) => p.bytes / 1e6, (p: (typeof pts)[number]) => p.rows / 1e3, () => 1]) expect(Math.abs(pts.reduce((a, p, i) => a + w(p) * resid[i]!, 0)) / scale).toBeLessThan(1e-6);
     // attention per head and position: the slope of its two runs beyond the modelled slope, per head of the shipped model (6 layers × 8 heads)
     const [e, l] = b.attention!.runs;
     const slope = (l!.measuredUs - e!.measuredUs - (l!.modelledUs - e!.modelledUs)) / (l!.position - e!.position);
@@ -112,6 +125,7 @@ describe("neuronpipe probe", () => {
     expect(second.out).toMatch(/Q4_0 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+/);
     expect(second.out).toMatch(/random +4 KiB +32 +\d+/);
     expect(second.out).toMatch(/Q4_0 matvec by working set: 9 MiB [\d.]+, .*, 1440 MiB [\d.]+ GB\/s/);
+    expect(second.out).toMatch(/Q4_0 matvec by matrix shape \(128 MiB cycled\): 1024×1024 [\d.]+, .*, 32000×1024 [\d.]+ GB\/s/);
     expect(second.err).toBe(""); // nothing measured, no bar
   }, 300_000);
 

@@ -44,6 +44,7 @@ export const probe: Command = {
             sampler.pass();
             probed.kernels = sampler.rates();
             probed.workingSets = sampler.workingSetRates();
+            probed.shapes = sampler.shapeRates();
           },
         );
         cal?.(steps, steps);
@@ -81,6 +82,7 @@ export function formatProbe(b: MachineBounds, measured: boolean): string {
     }
   }
   if (b.workingSets?.length) lines.push(`Q4_0 matvec by working set: ${b.workingSets.map((w) => `${(w.bytes / 2 ** 20).toFixed(0)} MiB ${w.GBps.toFixed(1)}`).join(", ")} GB/s`);
+  if (b.shapes?.length) lines.push(`Q4_0 matvec by matrix shape (128 MiB cycled): ${b.shapes.map((r) => `${r.rows}×${r.cols} ${r.GBps.toFixed(1)}`).join(", ")} GB/s`);
   if (b.decoders) {
     lines.push("decoders' own costs (fitted on the shipped model: tools/calibrate.ts):");
     for (const [d, c] of Object.entries(b.decoders)) lines.push(`  ${d.padEnd(9)} ${c.layerUs.toFixed(1).padStart(7)} µs per layer, ${c.neuronNs.toFixed(1).padStart(6)} ns per flagged neuron, ${c.requestUs.toFixed(1).padStart(5)} µs per read${c.aheadNeuronNs !== undefined ? `, ${c.aheadNeuronNs.toFixed(0)} ns per flagged neuron looked ahead` : ""}`);
