@@ -61,7 +61,7 @@ export interface WorkingSetRate {
  * them, weight bytes per second. Beyond its bytes a call costs per row (each row's reduction
  * and store) and per call (waking the kernel threads, ramping the hardware prefetch): on this VM
  * a 1024×1024 matrix read at ~14 GB/s where 4096×4096 read at ~26. The time model fits both
- * costs from these (time-model.ts `callCosts`).
+ * costs from these (rates.ts `callCosts`).
  */
 export interface ShapeRate {
   rows: number;

@@ -30,10 +30,11 @@
 //   blocking    (LLMFlash) every read before compute: compute + host + reads
 import type { GGUFFile } from "../gguf/reader.js";
 import type { StepCosts } from "../trace/recorder.js";
-import type { DecoderCalibration, KernelRate, MachineBounds, ReadRate, ShapeRate } from "./machine.js";
+import type { DecoderCalibration, KernelRate, MachineBounds } from "./machine.js";
 import type { Pack } from "../sparse/pack/format.js";
 import type { MemoryPlan } from "../sparse/memory-plan.js";
 import { forecastCache, type ProfileRates } from "./cache-model.js";
+import { callCosts, gatherTableCall, kernelRate, MATVEC_TABLE_CALL, readRate, shapeFactor } from "./rates.js";
 
 export type PlannedDecoder = "inline" | "pipeline" | "blocking";
 
@@ -77,147 +78,6 @@ export interface TokenTime {
   flagged: number;
   fired: number;
   hitRate: number;
-}
-
-const TYPE_NAMES: Record<number, KernelRate["type"]> = { 0: "F32", 1: "F16", 8: "Q8_0", 2: "Q4_0" };
-
-/** The bytes of weights the probe's kernel table cycles through (probe.ts: ≥ 128 MiB per type). */
-export const KERNEL_TABLE_BYTES = 128 * 2 ** 20;
-
-/** One call of the kernel table's matvec, as its shape is compared: a 4096×4096 Q4_0 matrix (the table's rows are 4096 wide, its rates per byte as a 7B's). */
-const MATVEC_TABLE_CALL: CallShape = { bytes: 4096 * 128 * 18, rows: 4096, calls: 1 };
-
-/** Bytes of a 4096-wide row by GGML type (the kernel table's rows). */
-const TABLE_ROW_BYTES: Record<number, number> = { 0: 16384, 1: 8192, 8: 4352, 2: 2304 };
-
-/** One call of the kernel table's gather or axpy on `type`: a tenth of its rows, 4096 wide, KERNEL_TABLE_BYTES in all (probe.ts). */
-function gatherTableCall(type: number): CallShape {
-  const rowBytes = TABLE_ROW_BYTES[type] ?? 16384;
-  const rows = Math.floor((Math.ceil(KERNEL_TABLE_BYTES / rowBytes / 64) * 64) / 10);
-  return { bytes: rows * rowBytes, rows, calls: 1 };
-}
-
-/**
- * GB/s of a kernel on a weight type at `threads`, for a token that touches `workingSet` bytes: the
- * probe measured at its pool's threads over KERNEL_TABLE_BYTES; other thread counts scale with
- * memory bandwidth, other working sets with the probe's Q4_0 matvec by working set.
- */
-export function kernelRate(m: MachineBounds, type: number, kernel: KernelRate["kernel"], threads: number, workingSet = KERNEL_TABLE_BYTES): number {
-  const name = TYPE_NAMES[type] ?? "F32";
-  const k = m.kernels?.find((r) => r.type === name && r.kernel === kernel) ?? m.kernels?.find((r) => r.type === "F32" && r.kernel === kernel);
-  const mem = (t: number) => m.memory.find((x) => x.threads === t)?.readGBps ?? Math.max(...m.memory.map((x) => x.readGBps));
-  if (!k?.GBps) return mem(threads) * 0.8;
-  return ((k.GBps * mem(threads)) / mem(k.threads)) * workingSetFactor(m, workingSet);
-}
-
-/** How much faster (> 1) or slower kernels run over `bytes` than over the kernel table's working set (1 without the probe's curve). */
-export function workingSetFactor(m: MachineBounds, bytes: number): number {
-  const ws = m.workingSets;
-  if (!ws || ws.length < 2) return 1;
-  const pts = [...ws].sort((a, b) => a.bytes - b.bytes).map((w) => [w.bytes, w.GBps] as const);
-  return interp(pts, Math.max(1, bytes)) / interp(pts, KERNEL_TABLE_BYTES);
-}
-
-/** What a matvec call costs beyond its bytes: ns per byte streamed, per row, per call (least squares over the probe's shapes). */
-export interface CallCosts {
-  byteNs: number;
-  rowNs: number;
-  callNs: number;
-}
-
-/**
- * Fit t = bytes·byteNs + rows·rowNs + callNs to the probe's Q4_0 matvec by shape (a call of
- * rows × cols): undefined without at least three shapes. A negative row or call cost (noise on a
- * machine where it is small) is dropped and the rest refitted.
- */
-export function callCosts(shapes: readonly ShapeRate[] | undefined): CallCosts | undefined {
-  if (!shapes || shapes.length < 3) return undefined;
-  const pts = shapes.map((r) => {
-    const bytes = r.rows * (r.cols / 32) * 18; // Q4_0: 18 bytes per 32 weights
-    return { bytes, rows: r.rows, ns: bytes / r.GBps };
-  });
-  const fit = (useRows: boolean, useCalls: boolean): CallCosts => {
-    const cols = (p: (typeof pts)[number]) => [p.bytes, ...(useRows ? [p.rows] : []), ...(useCalls ? [1] : [])];
-    const k = cols(pts[0]!).length;
-    const A = Array.from({ length: k }, () => new Array<number>(k + 1).fill(0));
-    for (const p of pts) {
-      const c = cols(p);
-      for (let i = 0; i < k; i++) {
-        for (let j = 0; j < k; j++) A[i]![j]! += c[i]! * c[j]!;
-        A[i]![k]! += c[i]! * p.ns;
-      }
-    }
-    const x = solve(A);
-    return { byteNs: x[0]!, rowNs: useRows ? x[1]! : 0, callNs: useCalls ? x[k - 1]! : 0 };
-  };
-  let c = fit(true, true);
-  if (c.rowNs < 0 && c.callNs < 0) c = fit(false, false);
-  else if (c.rowNs < 0) c = fit(false, true);
-  else if (c.callNs < 0) c = fit(true, false);
-  if (c.rowNs < 0 || c.callNs < 0) c = fit(false, false);
-  return c.byteNs > 0 ? c : undefined;
-}
-
-/** Gaussian elimination with partial pivoting on an augmented k × (k + 1) matrix. */
-function solve(A: number[][]): number[] {
-  const k = A.length;
-  for (let i = 0; i < k; i++) {
-    let p = i;
-    for (let r = i + 1; r < k; r++) if (Math.abs(A[r]![i]!) > Math.abs(A[p]![i]!)) p = r;
-    [A[i], A[p]] = [A[p]!, A[i]!];
-    for (let r = i + 1; r < k; r++) {
-      const f = A[r]![i]! / A[i]![i]!;
-      for (let j = i; j <= k; j++) A[r]![j]! -= f * A[i]![j]!;
-    }
-  }
-  const x = new Array<number>(k).fill(0);
-  for (let i = k - 1; i >= 0; i--) {
-    let v = A[i]![k]!;
-    for (let j = i + 1; j < k; j++) v -= A[i]![j]! * x[j]!;
-    x[i] = v / A[i]![i]!;
-  }
-  return x;
-}
-
-/** A call shape: bytes, rows and calls of a step (all layers). */
-export interface CallShape {
-  bytes: number;
-  rows: number;
-  calls: number;
-}
-
-/** How much longer (> 1) a step of `shape` takes than its bytes at the kernel table's rate, measured on calls of `reference`'s shape (1 without the probe's shapes). */
-export function shapeFactor(c: CallCosts | undefined, shape: CallShape, reference: CallShape): number {
-  if (!c || shape.bytes <= 0) return 1;
-  const perByte = (x: CallShape) => (x.bytes * c.byteNs + x.rows * c.rowNs + x.calls * c.callNs) / x.bytes;
-  return perByte(shape) / perByte(reference);
-}
-
-/** Reads per second of `blockBytes` random reads at `depth`, interpolated (log-log) from the probe's table; the 4 KiB figure of the bounds when the table is missing. */
-export function readRate(m: MachineBounds, blockBytes: number, depth: number): number {
-  const rates = (m.disk?.rates ?? []).filter((r): r is ReadRate => r.kind === "random");
-  if (rates.length === 0) return m.disk ? (m.disk.random4kIops * 4096) / Math.max(4096, blockBytes) : 50_000;
-  const blocks = [...new Set(rates.map((r) => r.blockBytes))].sort((a, b) => a - b);
-  const at = (b: number, d: number) => {
-    const row = rates.filter((r) => r.blockBytes === b).sort((x, y) => x.queueDepth - y.queueDepth);
-    return interp(row.map((r) => [r.queueDepth, r.readsPerSecond] as const), d);
-  };
-  const byBlock = blocks.map((b) => [b, at(b, depth)] as const);
-  return interp(byBlock, Math.max(4096, blockBytes));
-}
-
-/** Log-log interpolation in sorted points, flat beyond the ends. */
-function interp(pts: readonly (readonly [number, number])[], x: number): number {
-  if (x <= pts[0]![0]) return pts[0]![1];
-  for (let i = 1; i < pts.length; i++) {
-    const [x1, y1] = pts[i]!;
-    if (x <= x1) {
-      const [x0, y0] = pts[i - 1]!;
-      const f = Math.log(x / x0) / Math.log(x1 / x0);
-      return Math.exp(Math.log(y0) + f * (Math.log(y1) - Math.log(y0)));
-    }
-  }
-  return pts[pts.length - 1]![1];
 }
 
 export interface ModelShape {

@@ -13,7 +13,8 @@ import { forecastCache, type ProfileRates } from "../../src/plan/cache-model.js"
 import type { MachineBounds } from "../../src/plan/machine.js";
 import { readPlanFile, writePlanFile } from "../../src/plan/plan-file.js";
 import { budgetForSpeed, makePlan, smallestBudget, sweepPlans, wholeBudget, type PlannerInput } from "../../src/plan/planner.js";
-import { callCosts, kernelRate, shapeFactor, tokenTime, workingSetFactor } from "../../src/plan/time-model.js";
+import { callCosts, kernelRate, shapeFactor, workingSetFactor } from "../../src/plan/rates.js";
+import { tokenTime } from "../../src/plan/time-model.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { runCli } from "../helpers/cli.js";

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli.js";
 import { measureDisk, measureMemory, type MachineBounds } from "../../src/plan/machine.js";
-import { callCosts } from "../../src/plan/time-model.js";
+import { callCosts } from "../../src/plan/rates.js";
 import { KernelSampler, measureKernels, measureMessages, measureReadRates } from "../../src/plan/probe.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-probe-"));
