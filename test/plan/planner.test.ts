@@ -14,7 +14,7 @@ import type { MachineBounds } from "../../src/plan/machine.js";
 import { readPlanFile, writePlanFile } from "../../src/plan/plan-file.js";
 import { budgetForSpeed, makePlan, smallestBudget, sweepPlans, wholeBudget, type PlannerInput } from "../../src/plan/planner.js";
 import { callCosts, kernelRate, shapeFactor, workingSetFactor } from "../../src/plan/rates.js";
-import { tokenTime } from "../../src/plan/time-model.js";
+import { AHEAD_EXTRA_READS, AHEAD_SHARE, tokenTime } from "../../src/plan/time-model.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { runCli } from "../helpers/cli.js";
@@ -288,6 +288,23 @@ describe("time model", () => {
     expect(pipe.total).toBeCloseTo(compute + pipe.host + pipe.reads - 0.5 * Math.min(compute + pipe.host, pipe.reads), 6);
     const inline = tokenTime(inp.shape, mem, m, { ...o, decoder: "inline" });
     expect(inline.total).toBeCloseTo(compute + inline.host + inline.reads, 6);
+  });
+
+  it("reads ahead (inline, pinned gate rows) read AHEAD_EXTRA_READS more up+down blocks than the cache model's misses, and hide AHEAD_SHARE of the reads under compute", () => {
+    const inp = input();
+    const m = fakeMachine();
+    const budget = budgetForFfnFraction(inp.pack, 0.6, planOptions(inp.pack.config, { contextSize: ctx }));
+    const mem = planMemory(inp.pack, budget, inp.optionsFor("inline", budget, { pinGates: true, hotShare: 0.5, clusterSize: 32, readAhead: 64 }));
+    expect(mem.gatesPinned).toBe(true);
+    const fc = forecastCache(inp.shape.rates, { slots: mem.slots, hotSlots: mem.hotSlots, clusterSize: mem.clusterSize, gatesPinned: true });
+    const upDown = fc.upDownMisses.reduce((a, b) => a + b, 0);
+    expect(upDown).toBeGreaterThan(1);
+    const o = { decoder: "inline", threads: 2, queueDepth: 32, position: 9, window: 5 } as const;
+    const [off, on] = [tokenTime(inp.shape, mem, m, { ...o, readAhead: false }), tokenTime(inp.shape, mem, m, { ...o, readAhead: true })];
+    expect(off.readsPerToken).toBeCloseTo(fc.requestsPerToken, 9);
+    expect(on.readsPerToken).toBeCloseTo(fc.requestsPerToken + AHEAD_EXTRA_READS * upDown, 9);
+    expect(on.readBytesPerToken - off.readBytesPerToken).toBeCloseTo(AHEAD_EXTRA_READS * upDown * inp.pack.upDownBlock, 3);
+    expect(on.hidden).toBeCloseTo(Math.min(AHEAD_SHARE * on.reads, on.attention + on.predictor + on.gate + on.upDown + on.output), 9);
   });
 });
 
