@@ -18,6 +18,7 @@ import { AHEAD_EXTRA_READS, AHEAD_SHARE, tokenTime } from "../../src/plan/time-m
 import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { runCli } from "../helpers/cli.js";
+import { countedReads } from "../helpers/counted-reads.js";
 import { defaultModel, scratchDefaultPack } from "../helpers/default-pack.js";
 
 const { dir, packPath } = scratchDefaultPack("np-plan-");
@@ -386,20 +387,8 @@ describe("planner", () => {
       const inp = input(predictor);
       for (const f of [0.3, 0.5, 0.7]) {
         const budget = budgetForFfnFraction(inp.pack, f, planOptions(inp.pack.config, { contextSize: ctx, predictor: predictor === "trained" }));
-        const m = await loadModel(packPath, { memory: budget, contextSize: ctx, predictor, decoder: "inline", pinGates: false, hotShare: 0.75 });
-        try {
-          const s = m.createSession({ contextSize: ctx });
-          for await (const _ of s.generate("The whale", { maxTokens: 8, seed: 1 })) void _;
-          m.sparse!.resetStats();
-          for await (const _ of s.generate(" and the sea", { maxTokens: 96, seed: 2 })) void _;
-          s.dispose();
-          const rep = m.sparse!.report();
-          const measured = rep.reduce((a, r) => a + r.reads, 0) / rep[0]!.tokens;
-          const predicted = m.plan!.predicted.readsPerToken;
-          expect(Math.abs(predicted / measured - 1), `${predicted} reads predicted, ${measured} measured (${predictor}, ${f})`).toBeLessThan(0.25);
-        } finally {
-          m.dispose();
-        }
+        const r = await countedReads(packPath, { memory: budget, contextSize: ctx, predictor, decoder: "inline", pinGates: false, hotShare: 0.75 });
+        expect(Math.abs(r.predictedReads / r.reads - 1), `${r.predictedReads} reads predicted, ${r.reads} counted (${predictor}, ${f})`).toBeLessThan(0.25);
       }
     }
   }, 120_000);
