@@ -233,10 +233,7 @@ export class KernelSampler {
 
   /** The Q4_0 matvec by matrix shape, each the median of its passes. */
   shapeRates(): ShapeRate[] {
-    return [...this.shapeSamples].map(([key, v]) => {
-      const [rows, cols] = key.split("×").map(Number) as [number, number];
-      return { rows, cols, GBps: lowerMedian(v, (x) => x) };
-    });
+    return SHAPES.filter(([rows, cols]) => this.shapeSamples.has(`${rows}×${cols}`)).map(([rows, cols]) => ({ rows, cols, GBps: lowerMedian(this.shapeSamples.get(`${rows}×${cols}`)!, (x) => x) }));
   }
 
   /** Each point's median over the passes (the lower middle of an even count). */

@@ -2,7 +2,10 @@
 // rate per weight type at a thread count and a working set, what its calls and rows cost beyond
 // their bytes by matrix shape, and random reads per second by block size and queue depth. The
 // time model (time-model.ts) adds these up for a token.
+import { computeTypes, tensorBytes } from "../gguf/types.js";
 import type { KernelRate, MachineBounds, ReadRate, ShapeRate } from "./machine.js";
+
+const Q4_0 = 2;
 
 const TYPE_NAMES: Record<number, KernelRate["type"]> = { 0: "F32", 1: "F16", 8: "Q8_0", 2: "Q4_0" };
 
@@ -10,14 +13,11 @@ const TYPE_NAMES: Record<number, KernelRate["type"]> = { 0: "F32", 1: "F16", 8: 
 export const KERNEL_TABLE_BYTES = 128 * 2 ** 20;
 
 /** One call of the kernel table's matvec, as its shape is compared: a 4096×4096 Q4_0 matrix (the table's rows are 4096 wide, its rates per byte as a 7B's). */
-export const MATVEC_TABLE_CALL: CallShape = { bytes: 4096 * 128 * 18, rows: 4096, calls: 1 };
+export const MATVEC_TABLE_CALL: CallShape = { bytes: tensorBytes(Q4_0, [4096, 4096]), rows: 4096, calls: 1 };
 
-/** Bytes of a 4096-wide row by GGML type (the kernel table's rows). */
-const TABLE_ROW_BYTES: Record<number, number> = { 0: 16384, 1: 8192, 8: 4352, 2: 2304 };
-
-/** One call of the kernel table's gather or axpy on `type`: a tenth of its rows, 4096 wide, KERNEL_TABLE_BYTES in all (probe.ts). */
+/** One call of the kernel table's gather or axpy on `type`: a tenth of its rows, 4096 wide, KERNEL_TABLE_BYTES in all (probe.ts; a type it does not measure: F32's). */
 export function gatherTableCall(type: number): CallShape {
-  const rowBytes = TABLE_ROW_BYTES[type] ?? 16384;
+  const rowBytes = tensorBytes(computeTypes.has(type) ? type : 0, [4096]);
   const rows = Math.floor((Math.ceil(KERNEL_TABLE_BYTES / rowBytes / 64) * 64) / 10);
   return { bytes: rows * rowBytes, rows, calls: 1 };
 }
@@ -58,7 +58,7 @@ export interface CallCosts {
 export function callCosts(shapes: readonly ShapeRate[] | undefined): CallCosts | undefined {
   if (!shapes || shapes.length < 3) return undefined;
   const pts = shapes.map((r) => {
-    const bytes = r.rows * (r.cols / 32) * 18; // Q4_0: 18 bytes per 32 weights
+    const bytes = tensorBytes(Q4_0, [r.cols, r.rows]);
     return { bytes, rows: r.rows, ns: bytes / r.GBps };
   });
   const fit = (useRows: boolean, useCalls: boolean): CallCosts => {

@@ -21,7 +21,8 @@ export function stepCosts(file: GGUFFile, cfg: ModelConfig, sparse?: Pick<Sparse
   };
   const rows = (name: string) => file.tensorsByName.get(name)?.ne[1] ?? 0;
   const attentionRows = ["attn_q", "attn_k", "attn_v", "attn_output"].reduce((a, n) => a + rows(`blk.0.${n}.weight`), 0);
-  const output = (file.tensorsByName.has("output.weight") ? bytes("output.weight") : bytes("token_embd.weight")) + bytes("output_norm.weight");
+  const classifier = file.tensorsByName.has("output.weight") ? "output.weight" : "token_embd.weight"; // tied: the embedding
+  const output = bytes(classifier) + bytes("output_norm.weight");
   const costs: StepCosts = {
     nLayer: cfg.nLayer,
     attentionBytes: perLayer(ATTENTION),
@@ -30,7 +31,7 @@ export function stepCosts(file: GGUFFile, cfg: ModelConfig, sparse?: Pick<Sparse
     attentionHeads: cfg.nHead,
     attentionRows,
     outputBytes: output,
-    outputRows: rows(file.tensorsByName.has("output.weight") ? "output.weight" : "token_embd.weight"),
+    outputRows: rows(classifier),
     denseFfnBytes: perLayer(FFN),
   };
   if (sparse) {

@@ -35,7 +35,7 @@ import type { DecoderCalibration, KernelRate, MachineBounds } from "./machine.js
 import type { Pack } from "../sparse/pack/format.js";
 import type { MemoryPlan } from "../sparse/memory-plan.js";
 import { forecastCache, type ProfileRates } from "./cache-model.js";
-import { callCosts, gatherTableCall, kernelRate, MATVEC_TABLE_CALL, readRate, shapeFactor } from "./rates.js";
+import { callCosts, gatherTableCall, kernelRate, MATVEC_TABLE_CALL, readRate, shapeFactor, type CallShape } from "./rates.js";
 
 export type PlannedDecoder = "inline" | "pipeline" | "blocking";
 
@@ -138,26 +138,25 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   const mv = (type: number) => rate(type, "matvec");
   // calls and rows beyond bytes, against the shapes the kernel table was measured on
   const cc = callCosts(m.shapes);
-  const layers = (rows: number, calls: number) => ({ rows: nLayer * rows, calls: nLayer * calls });
   const memGBps = m.memory.find((x) => x.threads === o.threads)?.readGBps ?? m.memory[0]!.readGBps;
   const positions = o.position + 1;
-  const attentionWeights = nLayer * costs.attentionBytes;
+  /** µs of `bytes` at `GBps`, and of its rows and calls beyond them against the kernel table's call `reference` (rows unknown: its bytes only). */
+  const kernel = (bytes: number, GBps: number, rows: number | undefined, calls: number, reference: CallShape) =>
+    us(bytes, GBps) * (rows === undefined ? 1 : shapeFactor(cc, { bytes, rows, calls }, reference));
   const attention =
-    us(attentionWeights, mv(s.attentionType)) * (costs.attentionRows ? shapeFactor(cc, { bytes: attentionWeights, ...layers(costs.attentionRows, 4) }, MATVEC_TABLE_CALL) : 1) +
+    kernel(nLayer * costs.attentionBytes, mv(s.attentionType), costs.attentionRows ? nLayer * costs.attentionRows : undefined, 4 * nLayer, MATVEC_TABLE_CALL) +
     us(nLayer * costs.kvBytesPerPosition * positions, memGBps) +
     (nLayer * (costs.attentionHeads ?? 0) * positions * (m.attention?.headPositionNs ?? 0)) / 1e3;
   // the predictor's short rows go through a blocked kernel whose cost per row the probe does not
   // measure: only its calls (two per layer) are counted beyond its bytes
-  const predictorBytes = costs.predictorBytes ?? 0;
-  const predictorPass = rates.oracle ? 0 : us(predictorBytes, mv(s.predictorType)) * shapeFactor(cc, { bytes: predictorBytes, ...layers(0, 2) }, MATVEC_TABLE_CALL);
-  const gather = gatherTableCall(pack.gateType);
+  const predictorPass = rates.oracle ? 0 : kernel(costs.predictorBytes ?? 0, mv(s.predictorType), 0, 2 * nLayer, MATVEC_TABLE_CALL);
   const gate = rates.oracle
-    ? us(gateBytes, mv(pack.gateType)) * shapeFactor(cc, { bytes: gateBytes, ...layers(nFF, 1) }, MATVEC_TABLE_CALL)
-    : us(gateBytes, rate(pack.gateType, "gather")) * shapeFactor(cc, { bytes: gateBytes, rows: flagged, calls: nLayer }, gather);
+    ? kernel(gateBytes, mv(pack.gateType), nLayer * nFF, nLayer, MATVEC_TABLE_CALL)
+    : kernel(gateBytes, rate(pack.gateType, "gather"), flagged, nLayer, gatherTableCall(pack.gateType));
   const upDown =
-    us(fired * pack.upBytes, rate(pack.upType, "gather")) * shapeFactor(cc, { bytes: fired * pack.upBytes, rows: fired, calls: nLayer }, gatherTableCall(pack.upType)) +
-    us(fired * pack.downBytes, rate(pack.downType, "axpy")) * shapeFactor(cc, { bytes: fired * pack.downBytes, rows: fired, calls: nLayer }, gatherTableCall(pack.downType));
-  const output = us(costs.outputBytes, mv(s.outputType)) * (costs.outputRows ? shapeFactor(cc, { bytes: costs.outputBytes, rows: costs.outputRows, calls: 1 }, MATVEC_TABLE_CALL) : 1);
+    kernel(fired * pack.upBytes, rate(pack.upType, "gather"), fired, nLayer, gatherTableCall(pack.upType)) +
+    kernel(fired * pack.downBytes, rate(pack.downType, "axpy"), fired, nLayer, gatherTableCall(pack.downType));
+  const output = kernel(costs.outputBytes, mv(s.outputType), costs.outputRows || undefined, 1, MATVEC_TABLE_CALL);
   const cal: DecoderCalibration = m.decoders?.[o.decoder] ?? UNCALIBRATED[o.decoder];
   const host = nLayer * cal.layerUs + (flagged * cal.neuronNs) / 1e3;
   // reads: the cache model's misses, a request each
@@ -175,6 +174,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   // own cost per request
   // reads ahead (inline, pinned gate rows): the look-ahead's reads start early, and add some
   const ahead = o.decoder === "inline" && o.readAhead && plan.gatesPinned;
+  const upDownMisses = fc.upDownMisses.reduce((a, b) => a + b, 0);
   let throughput = 0;
   let requests = 0;
   let batches = 0;
@@ -197,7 +197,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   // reads ahead (inline, pinned gate rows): every layer also runs the predictor of a layer ahead,
   // computes the pinned gate rows of its flagged neurons that are not resident, and chooses
   // which to read (the decoder's cost per flagged neuron looked ahead)
-  const missShare = fired > 0 ? fc.upDownMisses.reduce((a, b) => a + b, 0) / fired : 0;
+  const missShare = fired > 0 ? upDownMisses / fired : 0;
   const lookAhead = ahead ? predictorPass + us(flagged * missShare * pack.gateBytes, rate(pack.gateType, "gather")) + (flagged * (cal.aheadNeuronNs ?? 0)) / 1e3 : 0;
   const predictor = predictorPass + lookAhead;
   const compute = attention + predictor + gate + upDown + output;
@@ -228,7 +228,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     total,
     tokPerSec: 1e6 / total,
     bottleneck,
-    readsPerToken: fc.requestsPerToken + (ahead ? AHEAD_EXTRA_READS * fc.upDownMisses.reduce((a, b) => a + b, 0) : 0),
+    readsPerToken: fc.requestsPerToken + (ahead ? AHEAD_EXTRA_READS * upDownMisses : 0),
     readBytesPerToken: readBytes,
     flagged,
     fired,
