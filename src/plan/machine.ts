@@ -106,6 +106,8 @@ export interface MachineBounds {
   shapes?: ShapeRate[];
   messages?: MessageRates;
   decoders?: Partial<Record<"inline" | "pipeline" | "blocking", DecoderCalibration>>;
+  /** `probe`: rounds of each calibration run the decoders' and attention's costs are medians of (`probe --rounds`). */
+  calibrationRounds?: number;
   /** `probe`: attention's cost per query head and position beyond its KV bytes (tools/calibrate.ts). */
   attention?: AttentionCalibration;
 }

@@ -72,8 +72,8 @@ async function decodeUs(path: string, run: Run): Promise<number> {
 /** Tokens of the attention runs, timed in two halves of 96 decodes each: early and late positions of the same generations' kind. */
 const ATTENTION_TOKENS = 193;
 
-/** Rounds of every calibration run, interleaved (after one round not counted): this machine's speed drifts for seconds at a time, so each run's median comes from several moments. */
-const ROUNDS = 3;
+/** Rounds of every calibration run by default, interleaved (after one round not counted): this machine's speed drifts for seconds at a time, so each run's median comes from several moments (`probe --rounds`). */
+export const CALIBRATION_ROUNDS = 3;
 
 /**
  * Fit attention's and each decoder's costs on the shipped pack (about a minute and a half); `onStep` hears each decode
@@ -85,17 +85,18 @@ export async function calibrateDecoders(
   cacheDir: string,
   onStep?: (what: string, done: number, total: number) => void,
   afterRound?: () => void,
+  rounds = CALIBRATION_ROUNDS,
 ): Promise<Calibration> {
   const path = await calibrationPack(cacheDir);
   // first pass: list the runs the fit needs; then measure them in interleaved rounds; then fit
   const wanted = new Map<string, { run: Run; what: string }>();
   await fit(m, path, async (run, what) => (wanted.set(JSON.stringify(run), { run, what }), 1));
   const times = new Map<string, number[]>();
-  const total = wanted.size * (ROUNDS + 1);
+  const total = wanted.size * (rounds + 1);
   let done = 0;
-  for (let round = 0; round <= ROUNDS; round++) {
+  for (let round = 0; round <= rounds; round++) {
     for (const [key, { run, what }] of wanted) {
-      onStep?.(`${what} (round ${round + 1} of ${ROUNDS + 1})`, done++, total);
+      onStep?.(`${what} (round ${round + 1} of ${rounds + 1})`, done++, total);
       const us = await decodeUs(path, run);
       if (round > 0) times.set(key, [...(times.get(key) ?? []), us]);
     }

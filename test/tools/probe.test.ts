@@ -129,11 +129,14 @@ describe("neuronpipe probe", () => {
     expect(second.err).toBe(""); // nothing measured, no bar
   }, 600_000);
 
-  it("refuses a missing file and stray arguments by name", async () => {
+  it("refuses a missing file, stray arguments and a bad --rounds by name", async () => {
     const missing = await cli(["probe", "--file", join(dir, "nope.gguf")]);
     expect(missing.code).not.toBe(0);
     expect(missing.err).toMatch(/--file .*nope\.gguf does not exist/);
     const stray = await cli(["probe", "extra"]);
     expect(stray.err).toMatch(/probe takes no positional arguments, got: extra/);
+    const rounds = await cli(["probe", "--refresh", "--rounds", "0"]);
+    expect(rounds.code).not.toBe(0);
+    expect(rounds.err).toMatch(/--rounds must be a whole number from 1 to 99, got: 0/);
   });
 });

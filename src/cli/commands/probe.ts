@@ -6,23 +6,26 @@ import { cachedMachine, machineCachePath, type MachineBounds } from "../../plan/
 import { dirname } from "node:path";
 import { keepMachine } from "../../plan/machine.js";
 import { KernelSampler, probeMachine } from "../../plan/probe.js";
-import { calibrateDecoders } from "../../tools/calibrate.js";
+import { CALIBRATION_ROUNDS, calibrateDecoders } from "../../tools/calibrate.js";
 import { UsageError, type Command } from "../command.js";
 import { progressBar } from "../progress.js";
 
 export const probe: Command = {
   summary: "measure this machine for the planner: memory, reads by block size and depth, kernels, messages, the decoders' own costs",
-  usage: "neuronpipe probe [--file PATH] [--refresh] [--json]",
-  options: { file: { type: "string" }, refresh: { type: "boolean" }, json: { type: "boolean" }, help: { type: "boolean", short: "h" } },
+  usage: "neuronpipe probe [--file PATH] [--refresh] [--rounds N] [--json]",
+  options: { file: { type: "string" }, refresh: { type: "boolean" }, rounds: { type: "string" }, json: { type: "boolean" }, help: { type: "boolean", short: "h" } },
   help: {
     file: "a file on the storage to measure with direct I/O (a model or pack you run); without it, no storage figures",
     refresh: "measure again even when this host's probe is cached",
+    rounds: `rounds of the decoders' calibration runs, each run's cost the median of its rounds (default ${CALIBRATION_ROUNDS}; more for a noisy machine: each adds about a minute on a 2-core VM)`,
     json: "print JSON",
   },
   async run(v, pos) {
     if (pos.length > 0) throw new UsageError(`probe takes no positional arguments, got: ${pos.join(" ")}`);
     const file = v.file as string | undefined;
     if (file !== undefined && !existsSync(file)) throw new UsageError(`--file ${file} does not exist`);
+    const rounds = v.rounds === undefined ? CALIBRATION_ROUNDS : Number(v.rounds);
+    if (!Number.isInteger(rounds) || rounds < 1 || rounds > 99) throw new UsageError(`--rounds must be a whole number from 1 to 99, got: ${v.rounds}`);
     let b: MachineBounds | undefined = v.refresh ? undefined : cachedMachine();
     if (b && (!b.kernels || !b.messages || !b.decoders || (file && !b.disk?.rates))) b = undefined;
     const measured = !b;
@@ -46,10 +49,12 @@ export const probe: Command = {
             probed.workingSets = sampler.workingSetRates();
             probed.shapes = sampler.shapeRates();
           },
+          rounds,
         );
         cal?.(steps, steps);
         probed.decoders = decoders;
         probed.attention = attention;
+        probed.calibrationRounds = rounds;
         b = probed;
       } finally {
         sampler.dispose();
@@ -84,7 +89,7 @@ export function formatProbe(b: MachineBounds, measured: boolean): string {
   if (b.workingSets?.length) lines.push(`Q4_0 matvec by working set: ${b.workingSets.map((w) => `${(w.bytes / 2 ** 20).toFixed(0)} MiB ${w.GBps.toFixed(1)}`).join(", ")} GB/s`);
   if (b.shapes?.length) lines.push(`Q4_0 matvec by matrix shape (128 MiB cycled): ${b.shapes.map((r) => `${r.rows}×${r.cols} ${r.GBps.toFixed(1)}`).join(", ")} GB/s`);
   if (b.decoders) {
-    lines.push("decoders' own costs (fitted on the shipped model: tools/calibrate.ts):");
+    lines.push(`decoders' own costs (fitted on the shipped model: tools/calibrate.ts${b.calibrationRounds ? `; each run the median of ${b.calibrationRounds} rounds` : ""}):`);
     for (const [d, c] of Object.entries(b.decoders)) lines.push(`  ${d.padEnd(9)} ${c.layerUs.toFixed(1).padStart(7)} µs per layer, ${c.neuronNs.toFixed(1).padStart(6)} ns per flagged neuron, ${c.requestUs.toFixed(1).padStart(5)} µs per read${c.aheadNeuronNs !== undefined ? `, ${c.aheadNeuronNs.toFixed(0)} ns per flagged neuron looked ahead` : ""}`);
   }
   if (b.attention) lines.push(`attention beyond its KV bytes: ${b.attention.headPositionNs.toFixed(1)} ns per head per position (fitted on the shipped model at positions ${b.attention.runs.map((r) => Math.round(r.position)).join(" and ")})`);
