@@ -18,13 +18,14 @@
 //      (bench/sparse.js --only llama-norepack-limited) — docs/img/speed-vs-memory-7b.svg
 //
 //   node bench/planner.js [--dir /work/models7b] [--tokens 128] [--tokens-7b 12] [--no-llama]
-//                         [--parts default,synthetic,7b,7b-grid,fig9] [--sizes-dir DIR] [--lock FILE] [--out bench/results/planner.json]
+//                         [--parts default,synthetic,7b,7b-grid,fig9] [--sizes-dir DIR] [--rounds N] [--lock FILE] [--out bench/results/planner.json]
 // (--parts: the default model's steps 1-4 — or its step 1 alone: default-fractions —, the
 // synthetic model's fractions, the 7B's fractions, its grid, Fig. 9; all by default)
 // Decode speed = tokens/s of sampled generations (seeded; greedy decoding of the small model
 // falls into loops that read nothing), median of 5 after a warm-up (the 7B: of 2), one model at a
-// time; predicted vs measured takes the median of rounds over the budgets (5 for the default model, 3 for the 7B)
-// after one round not counted.
+// time; predicted vs measured takes the median of rounds over the budgets (--rounds, default 11 for
+// the small models, 3 for the 7B) after one round not counted, and reports the rounds' spread (the
+// quartiles ÷ the median − 1: how far this machine's noise alone moves a point).
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -42,6 +43,7 @@ const { values: v } = parseArgs({
     "no-llama": { type: "boolean" },
     parts: { type: "string", default: "default,synthetic,7b,7b-grid,fig9" },
     "sizes-dir": { type: "string", default: join(benchDir, ".models", "sizes") },
+    rounds: { type: "string" },
     lock: { type: "string" },
     out: { type: "string", default: join(rootDir, "bench", "results", "planner.json") },
   },
@@ -147,9 +149,12 @@ async function fractionRounds(name, path, o) {
   return fractions.map((f, i) => {
     const sorted = [...runs[i]].sort((a, b) => a.tokPerSec - b.tokPerSec);
     const r = sorted[rounds >> 1];
+    // the lower and upper quartiles of the rounds, relative to their median
+    const spread = [sorted[Math.floor((rounds - 1) / 4)].tokPerSec / r.tokPerSec - 1, sorted[Math.ceil((3 * (rounds - 1)) / 4)].tokPerSec / r.tokPerSec - 1];
     const digits = r.tokPerSec < 100 ? 2 : 1;
-    log(`${name}, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(digits)} tok/s (median of ${rounds} rounds: ${runs[i].map((x) => x.tokPerSec.toFixed(digits)).join(", ")}), predicted ${r.predicted.toFixed(digits)} (${((100 * (r.predicted - r.tokPerSec)) / r.tokPerSec).toFixed(0)}%), reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
-    return { ffn: f, budget: budgets[i] ?? null, ...r, rounds: runs[i].map((x) => x.tokPerSec), error: r.predicted / r.tokPerSec - 1 };
+    const pct = (x) => `${x >= 0 ? "+" : ""}${(100 * x).toFixed(0)}%`;
+    log(`${name}, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(digits)} tok/s (median of ${rounds} rounds: ${runs[i].map((x) => x.tokPerSec.toFixed(digits)).join(", ")}; quartiles ${pct(spread[0])} / ${pct(spread[1])}), predicted ${r.predicted.toFixed(digits)} (${pct(r.predicted / r.tokPerSec - 1)}), reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
+    return { ffn: f, budget: budgets[i] ?? null, ...r, rounds: runs[i].map((x) => x.tokPerSec), spread, error: r.predicted / r.tokPerSec - 1 };
   });
 }
 
@@ -169,8 +174,9 @@ if (defaultAll || parts.has("default-fractions")) {
     const r = spawnSync(process.execPath, [join(rootDir, "bin", "neuronpipe.js"), "pack"], { stdio: "inherit" });
     if (r.status !== 0) throw new Error("neuronpipe pack failed");
   }
-  // 5 rounds: a small model's speed swings by a quarter between seconds on this machine
-  const o = { tokens: Number(v.tokens), ctx: 256, rounds: 5 };
+  // 11 rounds: a small model's speed swings by a half between loads on this machine (the same
+  // configuration's median µs per token over 6 loads: 721 and 827 for two interleaved groups)
+  const o = { tokens: Number(v.tokens), ctx: 256, rounds: Number(v.rounds ?? 11) };
   const out = results.defaultModel;
   out.fractions = await fractionRounds("default model", packPath, o);
   if (defaultAll) {
@@ -217,7 +223,7 @@ if (parts.has("synthetic")) {
   const { pack } = await buildPlantedModel(size, { dir: v["sizes-dir"], log });
   const info = np.openPack(pack);
   results.synthetic = { name: size.name, pack, shape: { nLayer: info.config.nLayer, nFF: info.config.nFF, nEmbd: info.config.nEmbd } };
-  results.synthetic.fractions = await fractionRounds(`synthetic ${size.name}`, pack, { tokens: Number(v.tokens), ctx: 256, rounds: 5 });
+  results.synthetic.fractions = await fractionRounds(`synthetic ${size.name}`, pack, { tokens: Number(v.tokens), ctx: 256, rounds: Number(v.rounds ?? 11) });
 }
 
 // ---- the 7B-shaped model ---------------------------------------------------------------------
@@ -227,7 +233,7 @@ const pack7 = join(v.dir, "llama2-7b-sparse-q4_0-seed1-linear.pack.gguf");
 if (!existsSync(pack7)) log(`no 7B pack at ${pack7} (node bench/sparse.js --prepare --dir DIR builds it): the default model only`);
 else {
   const model7 = join(v.dir, "llama2-7b-sparse-q4_0-seed1.gguf");
-  const o = { tokens: Number(v["tokens-7b"]), ctx: 512, reps: 2, warmup: 4 };
+  const o = { tokens: Number(v["tokens-7b"]), ctx: 512, reps: 2, warmup: 4, rounds: Number(v.rounds ?? 3) };
   const out = (results.sevenB = { pack: pack7, fractions: [], fig9: [] });
   if (parts.has("7b")) out.fractions = await fractionRounds("7B", pack7, o);
   if (parts.has("7b-grid")) {
