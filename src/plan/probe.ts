@@ -261,6 +261,11 @@ export function measureKernels(seconds = 0.15, onPoint?: () => void): KernelRate
   }
 }
 
+/** Each point's median over passes of measureReadRates (the same points in the same order). */
+export function medianReadRates(passes: readonly ReadRate[][]): ReadRate[] {
+  return passes[0]!.map((_, i) => lowerMedian(passes.map((p) => p[i]!), (r) => r.readsPerSecond));
+}
+
 /** A message to a worker thread and back: postMessage, and Atomics wait/notify on shared memory (median of `count`, µs). */
 export async function measureMessages(count = 2000): Promise<MessageRates> {
   const median = (a: number[]) => [...a].sort((p, q) => p - q)[a.length >> 1]!;
@@ -317,22 +322,32 @@ export async function probeMachine(o: ProbeOptions & { sampler?: KernelSampler }
   const seconds = o.seconds ?? 0.15;
   const passes = 3;
   const sampler = o.sampler ?? new KernelSampler(seconds);
-  const total = 1 + (o.diskFile ? 1 : 0) + passes * sampler.points + 1;
+  const total = 1 + (o.diskFile ? passes : 0) + passes * sampler.points + 1;
   let done = 0;
   const step = (what: string) => o.onProgress?.(++done, total, what);
   try {
     const kernels = () => sampler.pass(() => step("kernels"));
+    // reads, like the kernels, in passes spread through the probe: a virtual disk's random reads
+    // moved by ~30% between two probes of this VM an hour apart (8 KiB at depth 32: 55K and 40K
+    // reads/s), and one pass of 0.15 s per point is a snapshot
+    const readPasses: ReadRate[][] = [];
+    const reads = (path: string) => {
+      readPasses.push(measureReadRates(path, seconds));
+      step("reads by block size and depth");
+    };
     kernels();
     const b = measureBounds(o.diskFile);
     step("memory and storage");
-    if (b.disk) {
-      b.disk.rates = measureReadRates(b.disk.path, seconds);
-      step("reads by block size and depth");
-    }
+    if (b.disk) reads(b.disk.path);
     kernels();
     b.messages = await measureMessages();
     step("messages");
+    if (b.disk) reads(b.disk.path);
     kernels();
+    if (b.disk) {
+      reads(b.disk.path);
+      b.disk.rates = medianReadRates(readPasses);
+    }
     b.kernels = sampler.rates();
     b.workingSets = sampler.workingSetRates();
     b.shapes = sampler.shapeRates();

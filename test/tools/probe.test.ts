@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli.js";
 import { measureDisk, measureMemory, type MachineBounds } from "../../src/plan/machine.js";
 import { callCosts } from "../../src/plan/rates.js";
-import { KernelSampler, measureKernels, measureMessages, measureReadRates } from "../../src/plan/probe.js";
+import { KernelSampler, measureKernels, measureMessages, measureReadRates, medianReadRates } from "../../src/plan/probe.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-probe-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -77,6 +77,17 @@ describe("probe", () => {
     expect(r4.readsPerSecond).toBeGreaterThan(d.random4kIops / 3);
     expect(r4.readsPerSecond).toBeLessThan(d.random4kIops * 3);
   }, 120_000);
+
+  it("reads in passes: each point keeps the pass with its median reads per second (the lower middle of an even count)", () => {
+    const point = (blockBytes: number, readsPerSecond: number) => ({ kind: "random" as const, blockBytes, queueDepth: 32, readsPerSecond, GBps: (readsPerSecond * blockBytes) / 1e9 });
+    const passes = [
+      [point(4096, 60_000), point(8192, 40_000)],
+      [point(4096, 70_000), point(8192, 55_000)],
+      [point(4096, 50_000), point(8192, 52_000)],
+    ];
+    expect(medianReadRates(passes)).toEqual([point(4096, 60_000), point(8192, 52_000)]);
+    expect(medianReadRates(passes.slice(0, 2))).toEqual([point(4096, 60_000), point(8192, 40_000)]);
+  });
 
   it("messages: a round trip to a worker thread takes more than 0 and less than 10 ms, both ways of sending", async () => {
     const m = await measureMessages(300);
