@@ -3,11 +3,13 @@
 // their bytes by matrix shape, and random reads per second by block size and queue depth. The
 // time model (time-model.ts) adds these up for a token.
 import { computeTypes, tensorBytes } from "../gguf/types.js";
+import { GGMLType } from "../native.js";
 import type { KernelRate, MachineBounds, ReadRate, ShapeRate } from "./machine.js";
 
-const Q4_0 = 2;
+const { Q4_0 } = GGMLType;
 
-const TYPE_NAMES: Record<number, KernelRate["type"]> = { 0: "F32", 1: "F16", 8: "Q8_0", 2: "Q4_0" };
+/** The probe's name of each weight type it measures, by GGML type id. */
+const TYPE_NAMES: Record<number, KernelRate["type"]> = Object.fromEntries(Object.entries(GGMLType).map(([name, id]) => [id, name as KernelRate["type"]]));
 
 /** The bytes of weights the probe's kernel table cycles through (probe.ts: ≥ 128 MiB per type). */
 export const KERNEL_TABLE_BYTES = 128 * 2 ** 20;
