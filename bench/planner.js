@@ -164,6 +164,10 @@ function fractionBudget(path, f, ctx) {
 }
 
 const parts = new Set(v.parts.split(","));
+// the default and the synthetic model: 11 rounds, as a small model's speed swings by a half between
+// loads on this machine (the same configuration's median µs per token over 6 loads: 721 and 827
+// for two interleaved groups)
+const smallModel = { tokens: Number(v.tokens), ctx: 256, rounds: Number(v.rounds ?? 11) };
 const results = { date: new Date().toISOString(), machine: machineForPlan(join(rootDir, "models", "neuronpipe-default.gguf")), defaultModel: {}, sevenB: undefined };
 
 // ---- the default model ---------------------------------------------------------------------
@@ -174,9 +178,7 @@ if (defaultAll || parts.has("default-fractions")) {
     const r = spawnSync(process.execPath, [join(rootDir, "bin", "neuronpipe.js"), "pack"], { stdio: "inherit" });
     if (r.status !== 0) throw new Error("neuronpipe pack failed");
   }
-  // 11 rounds: a small model's speed swings by a half between loads on this machine (the same
-  // configuration's median µs per token over 6 loads: 721 and 827 for two interleaved groups)
-  const o = { tokens: Number(v.tokens), ctx: 256, rounds: Number(v.rounds ?? 11) };
+  const o = smallModel;
   const out = results.defaultModel;
   out.fractions = await fractionRounds("default model", packPath, o);
   if (defaultAll) {
@@ -223,7 +225,7 @@ if (parts.has("synthetic")) {
   const { pack } = await buildPlantedModel(size, { dir: v["sizes-dir"], log });
   const info = np.openPack(pack);
   results.synthetic = { name: size.name, pack, shape: { nLayer: info.config.nLayer, nFF: info.config.nFF, nEmbd: info.config.nEmbd } };
-  results.synthetic.fractions = await fractionRounds(`synthetic ${size.name}`, pack, { tokens: Number(v.tokens), ctx: 256, rounds: Number(v.rounds ?? 11) });
+  results.synthetic.fractions = await fractionRounds(`synthetic ${size.name}`, pack, smallModel);
 }
 
 // ---- the 7B-shaped model ---------------------------------------------------------------------

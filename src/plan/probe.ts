@@ -331,23 +331,22 @@ export async function probeMachine(o: ProbeOptions & { sampler?: KernelSampler }
     // moved by ~30% between two probes of this VM an hour apart (8 KiB at depth 32: 55K and 40K
     // reads/s), and one pass of 0.15 s per point is a snapshot
     const readPasses: ReadRate[][] = [];
-    const reads = (path: string) => {
-      readPasses.push(measureReadRates(path, seconds));
-      step("reads by block size and depth");
-    };
     kernels();
     const b = measureBounds(o.diskFile);
     step("memory and storage");
-    if (b.disk) reads(b.disk.path);
+    const reads = () => {
+      if (!b.disk) return;
+      readPasses.push(measureReadRates(b.disk.path, seconds));
+      step("reads by block size and depth");
+    };
+    reads();
     kernels();
     b.messages = await measureMessages();
     step("messages");
-    if (b.disk) reads(b.disk.path);
+    reads();
     kernels();
-    if (b.disk) {
-      reads(b.disk.path);
-      b.disk.rates = medianReadRates(readPasses);
-    }
+    reads();
+    if (b.disk) b.disk.rates = medianReadRates(readPasses);
     b.kernels = sampler.rates();
     b.workingSets = sampler.workingSetRates();
     b.shapes = sampler.shapeRates();
