@@ -4,6 +4,7 @@
 // time model (time-model.ts) adds these up for a token.
 import { computeTypes, tensorBytes } from "../gguf/types.js";
 import { GGMLType } from "../native.js";
+import { nonNegativeLeastSquares } from "./least-squares.js";
 import type { KernelRate, MachineBounds, ReadRate, ShapeRate } from "./machine.js";
 
 const { Q4_0 } = GGMLType;
@@ -54,8 +55,8 @@ export interface CallCosts {
 
 /**
  * Fit t = bytes·byteNs + rows·rowNs + callNs to the probe's Q4_0 matvec by shape (a call of
- * rows × cols): undefined without at least three shapes. A negative row or call cost (noise on a
- * machine where it is small) is dropped and the rest refitted.
+ * rows × cols), every cost ≥ 0 (a row or call cost is noise on a machine where it is small):
+ * undefined without at least three shapes.
  */
 export function callCosts(shapes: readonly ShapeRate[] | undefined): CallCosts | undefined {
   if (!shapes || shapes.length < 3) return undefined;
@@ -63,47 +64,12 @@ export function callCosts(shapes: readonly ShapeRate[] | undefined): CallCosts |
     const bytes = tensorBytes(Q4_0, [r.cols, r.rows]);
     return { bytes, rows: r.rows, ns: bytes / r.GBps };
   });
-  const fit = (useRows: boolean, useCalls: boolean): CallCosts => {
-    const cols = (p: (typeof pts)[number]) => [p.bytes, ...(useRows ? [p.rows] : []), ...(useCalls ? [1] : [])];
-    const k = cols(pts[0]!).length;
-    const A = Array.from({ length: k }, () => new Array<number>(k + 1).fill(0));
-    for (const p of pts) {
-      const c = cols(p);
-      for (let i = 0; i < k; i++) {
-        for (let j = 0; j < k; j++) A[i]![j]! += c[i]! * c[j]!;
-        A[i]![k]! += c[i]! * p.ns;
-      }
-    }
-    const x = solve(A);
-    return { byteNs: x[0]!, rowNs: useRows ? x[1]! : 0, callNs: useCalls ? x[k - 1]! : 0 };
-  };
-  let c = fit(true, true);
-  if (c.rowNs < 0 && c.callNs < 0) c = fit(false, false);
-  else if (c.rowNs < 0) c = fit(false, true);
-  else if (c.callNs < 0) c = fit(true, false);
-  if (c.rowNs < 0 || c.callNs < 0) c = fit(false, false);
-  return c.byteNs > 0 ? c : undefined;
-}
-
-/** Gaussian elimination with partial pivoting on an augmented k × (k + 1) matrix. */
-function solve(A: number[][]): number[] {
-  const k = A.length;
-  for (let i = 0; i < k; i++) {
-    let p = i;
-    for (let r = i + 1; r < k; r++) if (Math.abs(A[r]![i]!) > Math.abs(A[p]![i]!)) p = r;
-    [A[i], A[p]] = [A[p]!, A[i]!];
-    for (let r = i + 1; r < k; r++) {
-      const f = A[r]![i]! / A[i]![i]!;
-      for (let j = i; j <= k; j++) A[r]![j]! -= f * A[i]![j]!;
-    }
-  }
-  const x = new Array<number>(k).fill(0);
-  for (let i = k - 1; i >= 0; i--) {
-    let v = A[i]![k]!;
-    for (let j = i + 1; j < k; j++) v -= A[i]![j]! * x[j]!;
-    x[i] = v / A[i]![i]!;
-  }
-  return x;
+  const { w } = nonNegativeLeastSquares(
+    pts.map((p) => [p.bytes, p.rows, 1]),
+    pts.map((p) => p.ns),
+  );
+  const [byteNs, rowNs, callNs] = w as [number, number, number];
+  return byteNs > 0 ? { byteNs, rowNs, callNs } : undefined;
 }
 
 /** A call shape: bytes, rows and calls of a step (all layers). */
