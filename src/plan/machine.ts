@@ -77,19 +77,34 @@ export interface MessageRates {
 
 /**
  * `probe`: a decoder's own cost per token on this machine, beside its kernels and reads: µs per
- * layer and ns per flagged neuron (cache lookups, chunking, task messages). Fitted on the shipped
- * model with the whole FFN resident, once with its trained predictor and once with the oracle
- * (every neuron flagged): what the kernels and reads of the planner's time model do not explain.
+ * layer, ns per flagged neuron (cache lookups, chunking, task messages), µs per read batch and per
+ * read request beyond the probe's read rates. Fitted on the shipped model's pack from runs with
+ * the whole FFN resident (trained predictor, oracle) and with a quarter and a half of it
+ * (tools/calibrate.ts): what the kernels and reads of the planner's time model do not explain.
  */
 export interface DecoderCalibration {
   layerUs: number;
   neuronNs: number;
-  /** µs each read request costs the decoder beyond the probe's rates (submitting, completing, placing it in its slot). */
+  /** µs each read batch (a layer's reads of one kind, submitted together and waited for) costs the decoder beyond the probe's rates: handing it to the loader, waking for its completion. Absent (older probes): 0. */
+  batchUs?: number;
+  /** µs each read request costs the decoder beyond the probe's rates (choosing its slot, submitting, completing, placing it). */
   requestUs: number;
   /** Inline decoder with reads ahead: ns per flagged neuron of the layer looked ahead (choosing which of them to read; the extra predictor pass and gate rows are modelled from bytes). */
   aheadNeuronNs?: number;
-  /** The runs it was fitted on: flagged neurons per token, measured µs per token, modelled µs per token before this calibration. */
-  runs?: { flagged: number; measuredUs: number; modelledUs: number }[];
+  /** The runs it was fitted on: flagged neurons per token, measured µs per token, modelled µs per token with none of these costs, and how many µs one unit of each cost adds to that run's token (the fit's columns). */
+  runs?: CalibrationRun[];
+}
+
+/** The costs a decoder's calibration fits. */
+export const DECODER_COSTS = ["layerUs", "neuronNs", "batchUs", "requestUs", "aheadNeuronNs"] as const;
+export type DecoderCost = (typeof DECODER_COSTS)[number];
+
+export interface CalibrationRun {
+  flagged: number;
+  measuredUs: number;
+  modelledUs: number;
+  /** Older probes: absent. */
+  perUnit?: Record<DecoderCost, number>;
 }
 
 export interface MachineBounds {

@@ -20,7 +20,8 @@
 //   reads       per layer, the cache model's misses (cache-model.ts) as requests of a gate block,
 //               an up+down block or a bundle, each kind one batch at depth min(queue depth,
 //               misses): misses ÷ reads/s measured at that block size and depth, + the
-//               decoder's calibrated cost per request (submitting, completing, placing it);
+//               decoder's calibrated costs per batch (handing it over, waking for it) and per
+//               request (choosing a slot, submitting, completing, placing it);
 //               reads ahead add AHEAD_EXTRA_READS of the up+down reads
 //
 // How the decoders combine them:
@@ -193,7 +194,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     const runs = fc.bundleRequests[l]!;
     if (runs > 0) batch(runs, (fc.bundleMisses[l]! / runs) * pack.bundleBytes);
   }
-  const reads = throughput + requests * cal.requestUs;
+  const reads = throughput + batches * (cal.batchUs ?? 0) + requests * cal.requestUs;
   // reads ahead (inline, pinned gate rows): every layer also runs the predictor of a layer ahead,
   // computes the pinned gate rows of its flagged neurons that are not resident, and chooses
   // which to read (the decoder's cost per flagged neuron looked ahead)

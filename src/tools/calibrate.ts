@@ -1,14 +1,16 @@
 // The decoders' own costs on this machine (`neuronpipe probe`, last step): what the planner's time
 // model (plan/time-model.ts) does not get from kernel and read rates. Each decoder decodes the
 // shipped model's pack — everything resident, with its trained predictor and with the oracle
-// (every neuron flagged) — and at a quarter and a half of the FFN resident, with reads. From the
-// resident runs: µs per layer and ns per flagged neuron (what the kernels do not explain); from
-// the runs with reads: what each read request costs it beyond the probe's rates; and for the
-// inline decoder, from a resident run with and without reads ahead, what looking a layer ahead
-// costs it per flagged neuron. First, attention's cost per head and position beyond its KV bytes,
-// from the two halves of long resident generations. Every run generates what `generate` does by
-// default (128 tokens). Other models and budgets are predicted from these; bench/planner.js
-// measures how well.
+// (every neuron flagged), and at a quarter and a half of the FFN resident, with reads; the inline
+// decoder also resident with gate rows pinned, with and without reads ahead. One least-squares
+// fit over those runs, every cost ≥ 0, gives µs per layer, ns per flagged neuron, µs per read
+// batch and per read request beyond the probe's rates, and (inline) ns per flagged neuron looked
+// ahead. Batches and requests are separate because a small model's reads come a few per batch,
+// a large one's hundreds: fitted as requests alone on this model, the batches' cost made the
+// 7B's reads 1.5× the measured (docs/benchmarks.md, "2026-11-26 (night)"). First, attention's cost per
+// head and position beyond its KV bytes, from the two halves of long resident generations.
+// Every run generates what `generate` does by default (128 tokens). Other models and budgets are
+// predicted from these; bench/planner.js measures how well.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { loadModel } from "../api/model.js";
@@ -17,8 +19,9 @@ import { packPlannerInput, sparsePlanOptions } from "../decode/planned.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../sparse/memory-plan.js";
 import { openPack } from "../sparse/pack/open.js";
 import { writePack } from "../sparse/pack/write.js";
-import type { AttentionCalibration, DecoderCalibration, MachineBounds } from "../plan/machine.js";
-import { PIPELINE_OVERLAP, tokenTime } from "../plan/time-model.js";
+import { DECODER_COSTS, type AttentionCalibration, type CalibrationRun, type DecoderCalibration, type DecoderCost, type MachineBounds } from "../plan/machine.js";
+import { nonNegativeLeastSquares } from "../plan/least-squares.js";
+import { tokenTime } from "../plan/time-model.js";
 import { shippedFile } from "../util/package-files.js";
 import { createTokenizer } from "../tokenizer/index.js";
 import { vocabFromGGUF } from "../model/vocab.js";
@@ -140,61 +143,40 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
   const m: MachineBounds = { ...m0, attention };
   // the timed tokens decode at positions prompt … prompt + TOKENS − 2: modelled at their mean
   const position = meanPosition(0, TOKENS - 1);
+  const none: DecoderCalibration = { layerUs: 0, neuronNs: 0, batchUs: 0, requestUs: 0, aheadNeuronNs: 0 };
   const out: NonNullable<MachineBounds["decoders"]> = {};
   for (const decoder of DECODERS) {
-    const runs: NonNullable<DecoderCalibration["runs"]> = [];
-    const input = (predictor: "trained" | "oracle") => packPlannerInput(pack, { contextSize: CONTEXT, predictor });
-    const uncalibrated = { ...m, decoders: { [decoder]: { layerUs: 0, neuronNs: 0, requestUs: 0 } } };
-    for (const predictor of ["trained", "oracle"] as const) {
-      const inp = input(predictor);
-      const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, sparsePlanOptions(pack, decoder, Number.MAX_SAFE_INTEGER, { contextSize: CONTEXT, predictor }));
-      const t = tokenTime(inp.shape, mem, uncalibrated, { decoder, threads, queueDepth: 32, readAhead: false, position, window: 5 });
-      const measured = await measure({ o: { decoder, predictor, threads } }, `${decoder} decoder, ${predictor} predictor`);
-      runs.push({ flagged: t.flagged, measuredUs: measured, modelledUs: t.total });
+    // the runs: the whole FFN resident (trained predictor, oracle); a quarter and a half of it,
+    // with the memory plan the decoder gets by default there; and for the inline decoder a
+    // resident run with gate rows pinned, with and without reads ahead (the look-ahead still
+    // predicts, computes and chooses when nothing is left to read)
+    const budgetAt = (f: number) => budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: CONTEXT }));
+    const configs: { what: string; predictor: "trained" | "oracle"; budget: number; o: DecodeOptions }[] = [
+      ...(["trained", "oracle"] as const).map((predictor) => ({ what: `${decoder} decoder, ${predictor} predictor`, predictor, budget: Number.MAX_SAFE_INTEGER, o: { predictor } })),
+      ...[0.25, 0.5].map((f) => ({ what: `${decoder} decoder with reads (${100 * f}% resident)`, predictor: "trained" as const, budget: budgetAt(f), o: { memory: budgetAt(f) } })),
+      ...(decoder === "inline" ? [128, 0].map((readAhead) => ({ what: `inline decoder, reads ahead ${readAhead ? "on" : "off"}`, predictor: "trained" as const, budget: Number.MAX_SAFE_INTEGER, o: { pinGates: true, readAhead } })) : []),
+    ];
+    // each run's modelled token without the decoder's costs, and what one unit of each cost adds
+    // to it (the time model is linear in them but for the pipeline's overlap, which the unit
+    // steps see from where the run stands)
+    const runs: CalibrationRun[] = [];
+    for (const c of configs) {
+      const { pinGates, readAhead } = c.o;
+      const mem = planMemory(pack, c.budget, sparsePlanOptions(pack, decoder, c.budget, { contextSize: CONTEXT, predictor: c.predictor, pinGates, readAhead }));
+      const inp = packPlannerInput(pack, { contextSize: CONTEXT, predictor: c.predictor });
+      const t = (cal: DecoderCalibration) => tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: cal } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position, window: 5 });
+      const t0 = t(none);
+      const perUnit = Object.fromEntries(DECODER_COSTS.map((k) => [k, t({ ...none, [k]: 1 }).total - t0.total])) as Record<DecoderCost, number>;
+      const measuredUs = await measure({ o: { decoder, threads, ...c.o } }, c.what);
+      runs.push({ flagged: t0.flagged, measuredUs, modelledUs: t0.total, perUnit });
     }
-    // two runs, two unknowns: measured − modelled = n_layer·a + flagged·b
-    const [r0, r1] = runs as [(typeof runs)[0], (typeof runs)[0]];
-    const e0 = r0.measuredUs - r0.modelledUs;
-    const e1 = r1.measuredUs - r1.modelledUs;
-    const b = Math.max(0, r1.flagged !== r0.flagged ? (e1 - e0) / (r1.flagged - r0.flagged) : 0);
-    const a = Math.max(0, (e0 - r0.flagged * b) / pack.config.nLayer);
-    const cal: DecoderCalibration = { layerUs: a, neuronNs: b * 1e3, requestUs: 0, runs };
-    // reads: a quarter and a half of the FFN resident, with the memory plan the decoder gets by
-    // default there
-    const inp = input("trained");
-    const withReads: { throughput: number; requests: number; excess: number }[] = [];
-    for (const f of [0.25, 0.5]) {
-      const budget = budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: CONTEXT }));
-      const mem = planMemory(pack, budget, sparsePlanOptions(pack, decoder, budget, { contextSize: CONTEXT }));
-      const t = tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: { ...cal, requestUs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position, window: 5 });
-      const measured = await measure({ o: { decoder, threads, memory: budget } }, `${decoder} decoder with reads (${100 * f}% resident)`);
-      runs.push({ flagged: t.flagged, measuredUs: measured, modelledUs: t.total });
-      const compute = t.attention + t.predictor + t.gate + t.upDown + t.output + t.host;
-      // the read time the run implies: the pipeline hides PIPELINE_OVERLAP of the shorter side
-      // (here its reads are the longer: t = compute + reads − overlap·compute), the others add
-      // their reads less what reads ahead hide
-      const excess = decoder === "pipeline" ? measured - compute + PIPELINE_OVERLAP * compute : measured - compute + t.hidden;
-      withReads.push({ throughput: t.readThroughputUs, requests: t.readsPerToken, excess });
-    }
-    // least squares over the two runs: excess = (requests at the probe's rates) + requestUs · requests
-    const c = withReads.reduce((q, w) => q + (w.excess - w.throughput) * w.requests, 0) / Math.max(1e-9, withReads.reduce((q, w) => q + w.requests * w.requests, 0));
-    cal.requestUs = Math.max(0, c);
-    if (decoder === "inline") {
-      // reads ahead: the same resident run with gate rows pinned, with and without them (the
-      // look-ahead still predicts, computes and chooses when nothing is left to read)
-      const withAhead: number[] = [];
-      for (const readAhead of [128, 0]) {
-        withAhead.push(await measure({ o: { decoder, threads, pinGates: true, readAhead } }, `inline decoder, reads ahead ${readAhead ? "on" : "off"}`));
-      }
-      const inp = input("trained");
-      const opts = (readAhead: number) => sparsePlanOptions(pack, decoder, Number.MAX_SAFE_INTEGER, { contextSize: CONTEXT, pinGates: true, readAhead });
-      const t = (readAhead: number) =>
-        tokenTime(inp.shape, planMemory(pack, Number.MAX_SAFE_INTEGER, opts(readAhead)), { ...m, decoders: { inline: { ...cal, aheadNeuronNs: 0 } } }, { decoder, threads, queueDepth: 32, readAhead: readAhead > 0, position, window: 5 });
-      const modelled = t(128).total - t(0).total;
-      cal.aheadNeuronNs = Math.max(0, ((withAhead[0]! - withAhead[1]! - modelled) / t(128).flagged) * 1e3);
-      runs.push({ flagged: t(128).flagged, measuredUs: withAhead[0]!, modelledUs: t(128).total }, { flagged: t(0).flagged, measuredUs: withAhead[1]!, modelledUs: t(0).total });
-    }
-    out[decoder] = cal;
+    // least squares, every cost ≥ 0: measured − modelled = Σ cost · perUnit
+    const costs = DECODER_COSTS.filter((k) => decoder === "inline" || k !== "aheadNeuronNs");
+    const { w } = nonNegativeLeastSquares(
+      runs.map((r) => costs.map((k) => r.perUnit![k])),
+      runs.map((r) => r.measuredUs - r.modelledUs),
+    );
+    out[decoder] = { ...(Object.fromEntries(costs.map((k, j) => [k, w[j]!])) as Pick<DecoderCalibration, "layerUs" | "neuronNs" | "requestUs">), runs };
   }
   return { decoders: out, attention };
 }

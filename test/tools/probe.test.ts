@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli.js";
-import { measureDisk, measureMemory, type MachineBounds } from "../../src/plan/machine.js";
+import { DECODER_COSTS, measureDisk, measureMemory, type MachineBounds } from "../../src/plan/machine.js";
 import { callCosts } from "../../src/plan/rates.js";
 import { KernelSampler, measureKernels, measureMessages, measureReadRates, medianReadRates } from "../../src/plan/probe.js";
 
@@ -126,6 +126,26 @@ describe("neuronpipe probe", () => {
     const slope = (l!.measuredUs - e!.measuredUs - (l!.modelledUs - e!.modelledUs)) / (l!.position - e!.position);
     expect(l!.position - e!.position).toBe(96);
     expect(b.attention!.headPositionNs).toBeCloseTo(Math.max(0, (slope / 48) * 1e3), 9);
+    // each decoder's costs: the least-squares fit, every cost ≥ 0, of its runs' measured − modelled
+    // µs to how much one unit of each cost adds to the run; where a cost is > 0 the residuals are
+    // orthogonal to its column, where it is 0 raising it would not fit better
+    for (const [d, c] of Object.entries(b.decoders!)) {
+      const costs = DECODER_COSTS.filter((k) => d === "inline" || k !== "aheadNeuronNs");
+      const runs = c.runs!;
+      expect(runs.length).toBe(d === "inline" ? 6 : 4);
+      // resident inline runs: a µs per layer is 6 µs of the token (6 layers), a ns per flagged neuron flagged/1000 µs
+      if (d === "inline") for (const r of [runs[0]!, runs[1]!]) expect([r.perUnit!.layerUs, r.perUnit!.neuronNs * 1e3]).toEqual([expect.closeTo(6, 6), expect.closeTo(r.flagged, 3)]);
+      const resid = runs.map((r) => r.measuredUs - r.modelledUs - costs.reduce((a, k) => a + (c[k] ?? 0) * r.perUnit![k], 0));
+      const norm = (v: number[]) => Math.sqrt(v.reduce((a, x) => a + x * x, 0));
+      const yNorm = norm(runs.map((r) => r.measuredUs - r.modelledUs));
+      for (const k of costs) {
+        const col = runs.map((r) => r.perUnit![k]);
+        if (norm(col) === 0) continue;
+        const g = col.reduce((a, x, n) => a + x * resid[n]!, 0) / (norm(col) * yNorm);
+        if ((c[k] ?? 0) > 0) expect(Math.abs(g)).toBeLessThan(1e-6);
+        else expect(g).toBeLessThan(1e-6);
+      }
+    }
     expect(b.messages?.postMessageUs).toBeGreaterThan(0);
     const json = await cli(["probe", "--json"]);
     expect(json.code).toBe(0);
