@@ -54,46 +54,79 @@ const { packPlannerInput, machineForPlan } = await import(pathToFileURL(join(roo
 const log = (s) => process.stderr.write(`[planner] ${s}\n`);
 const MiB = 2 ** 20;
 
+/** A model loaded for measuring: its session, and the reads its sparse decoder counted. */
+async function openForMeasure(path, opts, ctx) {
+  const model = await np.loadModel(path, { contextSize: ctx, ...opts });
+  return { model, session: model.createSession({ contextSize: ctx }), reads: 0, counted: 0 };
+}
+
+/** One sampled generation of `tokens` (seed `seed`): decode tok/s from the first token to the last; the sparse decoder's reads are added to `m`'s. */
+async function generation(m, tokens, seed) {
+  const { model, session: s } = m;
+  s.reset();
+  let n = 0;
+  let t0 = 0;
+  let t1 = 0;
+  for await (const _ of s.generate("The whale swam", { maxTokens: tokens, seed })) {
+    t1 = performance.now();
+    if (++n === 1) {
+      t0 = t1;
+      model.sparse?.resetStats();
+    }
+  }
+  const r = model.sparse?.report();
+  if (r) {
+    m.reads += r.reduce((a, x) => a + x.reads, 0);
+    m.counted += r[0].tokens;
+  }
+  return (n - 1) / ((t1 - t0) / 1000);
+}
+
+async function closeMeasured(m) {
+  m.session.dispose();
+  await m.model[Symbol.asyncDispose]();
+}
+
 /** Median decode tok/s of `reps` sampled generations after a warm-up, the plan the model was loaded with, and its prediction at the timed tokens' mean position. */
 async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
-  const model = await np.loadModel(path, { contextSize: ctx, ...opts });
-  const s = model.createSession({ contextSize: ctx });
+  const m = await openForMeasure(path, opts, ctx);
   const runs = [];
-  let reads = 0;
-  let counted = 0;
-  const promptLength = model.tokenizer.encode("The whale swam").length;
   try {
-    for (let rep = -1; rep < reps; rep++) {
-      s.reset();
-      let n = 0;
-      let t0 = 0;
-      let t1 = 0;
-      for await (const _ of s.generate("The whale swam", { maxTokens: rep < 0 ? warmup : tokens, seed: rep + 1 })) {
-        t1 = performance.now();
-        if (++n === 1) {
-          t0 = t1;
-          model.sparse?.resetStats();
-        }
-      }
-      if (rep < 0) continue;
-      runs.push((n - 1) / ((t1 - t0) / 1000));
-      const r = model.sparse?.report();
-      if (r) {
-        reads += r.reduce((a, x) => a + x.reads, 0);
-        counted += r[0].tokens;
-      }
-    }
+    await generation(m, warmup, 0);
+    m.reads = m.counted = 0;
+    for (let rep = 0; rep < reps; rep++) runs.push(await generation(m, tokens, rep + 1));
   } finally {
-    s.dispose();
-    await model[Symbol.asyncDispose]();
+    await closeMeasured(m);
   }
   runs.sort((a, b) => a - b);
+  const { model } = m;
   const p = model.plan;
+  const promptLength = model.tokenizer.encode("The whale swam").length;
   // the plan predicts a token at position min(ctx, 128); the timed tokens decode at positions
   // prompt … prompt + tokens − 2: predict the same knobs at their mean position
   const position = promptLength + (tokens - 2) / 2;
   const atMean = p && planner.makePlan(packPlannerInput(np.openPack(path), { contextSize: ctx }), machineForPlan(path), { memory: p.limits.memory ?? undefined, cores: p.limits.cores, contextSize: ctx, position }, p.knobs).predicted;
-  return { tokPerSec: runs[(runs.length - 1) >> 1], runs, readsPerToken: counted ? reads / counted : 0, knobs: p?.knobs, overrides: p?.overrides, position, predicted: atMean?.tokPerSec, predictedReads: atMean?.readsPerToken, bottleneck: atMean?.bottleneck, predictedAtPlanPosition: p?.predicted.tokPerSec };
+  return { tokPerSec: runs[(runs.length - 1) >> 1], runs, readsPerToken: m.counted ? m.reads / m.counted : 0, knobs: p?.knobs, overrides: p?.overrides, position, predicted: atMean?.tokPerSec, predictedReads: atMean?.readsPerToken, bottleneck: atMean?.bottleneck, predictedAtPlanPosition: p?.predicted.tokPerSec };
+}
+
+/**
+ * Configurations of one model side by side: every one loaded at once, warmed up, then `turns`
+ * turns in which each generates once in turn (seeds 1…turns; the same seed for all in a turn).
+ * This machine's speed drifts by tens of percent between seconds; one turn takes well under a
+ * second, so the configurations see the same drift and their medians compare. Per configuration:
+ * its tok/s in every turn and their median.
+ */
+async function sideBySide(path, configs, { tokens, ctx, warmup = 16 }, turns = 15) {
+  const ms = [];
+  try {
+    for (const c of configs) ms.push(await openForMeasure(path, c, ctx));
+    for (const m of ms) await generation(m, warmup, 0);
+    const runs = configs.map(() => []);
+    for (let t = 0; t < turns; t++) for (let i = 0; i < ms.length; i++) runs[i].push(await generation(ms[i], tokens, t + 1));
+    return runs.map((r) => ({ runs: r, tokPerSec: [...r].sort((a, b) => a - b)[(r.length - 1) >> 1] }));
+  } finally {
+    for (const m of ms) await closeMeasured(m);
+  }
 }
 
 const GRID = [];
@@ -119,15 +152,11 @@ async function grid(path, budget, o, configs = GRID) {
   const ran = rows.filter((r) => !r.refused);
   const best = ran.reduce((a, r) => (r.tokPerSec > a.tokPerSec ? r : a));
   // the fastest of many noisy measurements is biased upward (the maximum of the noise): measure
-  // the planned configuration and the fastest hand-set one again, alternately, and compare those
-  const again = { planned: [], fastest: [] };
-  for (let k = 0; k < 3; k++) {
-    again.planned.push((await measure(path, { memory: budget }, o)).tokPerSec);
-    again.fastest.push((await measure(path, { memory: budget, ...best.config }, o)).tokPerSec);
-  }
-  const med = (a) => [...a].sort((x, y) => x - y)[1];
-  const ratio = med(again.planned) / med(again.fastest);
-  log(`  planned ${JSON.stringify(planned.knobs)}: ${planned.tokPerSec.toFixed(2)} tok/s; fastest of ${ran.length} hand-set ${JSON.stringify(best.config)} ${best.tokPerSec.toFixed(2)}; measured again alternately (median of 3): ${med(again.planned).toFixed(2)} vs ${med(again.fastest).toFixed(2)} = ${ratio.toFixed(3)}`);
+  // the planned configuration and the fastest hand-set one again, side by side, and compare those
+  const [p, f] = await sideBySide(path, [{ memory: budget }, { memory: budget, ...best.config }], o);
+  const again = { planned: p.runs, fastest: f.runs };
+  const ratio = p.tokPerSec / f.tokPerSec;
+  log(`  planned ${JSON.stringify(planned.knobs)}: ${planned.tokPerSec.toFixed(2)} tok/s; fastest of ${ran.length} hand-set ${JSON.stringify(best.config)} ${best.tokPerSec.toFixed(2)}; measured again side by side (median of ${p.runs.length} turns): ${p.tokPerSec.toFixed(2)} vs ${f.tokPerSec.toFixed(2)} = ${ratio.toFixed(3)}`);
   return { budget, planned, fastest: best.tokPerSec, fastestConfig: best.config, again, ratio, configurations: rows };
 }
 
@@ -190,18 +219,15 @@ if (defaultAll || parts.has("default-fractions")) {
     out.modes = [];
     for (const f of [0.25, 0.5, 1]) {
       const budget = fractionBudget(packPath, f, o.ctx);
-      // three rounds of [default, inline, pipeline, blocking], medians: one after the other, a
-      // model measured first in a row ran up to 30% slower than the same configuration next to it
-      const runs = { default: [], inline: [], pipeline: [], blocking: [] };
-      for (let k = 0; k < 3; k++) {
-        runs.default.push((await measure(packPath, { memory: budget }, o)).tokPerSec);
-        for (const decoder of ["inline", "pipeline", "blocking"]) runs[decoder].push((await measure(packPath, { memory: budget, decoder }, o)).tokPerSec);
-      }
-      const med = (a) => [...a].sort((x, y) => x - y)[1];
-      const row = { ffn: f, runs, default: med(runs.default), inline: med(runs.inline), pipeline: med(runs.pipeline), blocking: med(runs.blocking) };
+      // side by side (a model measured first in a row ran up to 30% slower than the same
+      // configuration next to it, and the default model's speed swings by half between loads)
+      const decoders = ["default", "inline", "pipeline", "blocking"];
+      const got = await sideBySide(packPath, decoders.map((d) => (d === "default" ? { memory: budget } : { memory: budget, decoder: d })), o);
+      const runs = Object.fromEntries(decoders.map((d, i) => [d, got[i].runs]));
+      const row = { ffn: f, runs, ...Object.fromEntries(decoders.map((d, i) => [d, got[i].tokPerSec])) };
       row.defaultOverFastest = row.default / Math.max(row.inline, row.pipeline, row.blocking);
       out.modes.push(row);
-      log(`default model, ${100 * f}%: default ${row.default.toFixed(1)}, inline ${row.inline.toFixed(1)}, pipeline ${row.pipeline.toFixed(1)}, blocking ${row.blocking.toFixed(1)} tok/s (medians of 3 rounds): default = ${row.defaultOverFastest.toFixed(3)} of the fastest mode`);
+      log(`default model, ${100 * f}%: default ${row.default.toFixed(1)}, inline ${row.inline.toFixed(1)}, pipeline ${row.pipeline.toFixed(1)}, blocking ${row.blocking.toFixed(1)} tok/s (side by side, medians of ${runs.default.length} turns): default = ${row.defaultOverFastest.toFixed(3)} of the fastest mode`);
     }
     // --min-speed: half the resident speed the planner predicts
     const pack = np.openPack(packPath);
