@@ -141,12 +141,15 @@ export function makePlan(inp: PlannerInput, m: MachineBounds, limits: PlanLimits
     throw firstError;
   }
   // fastest; among those within 1% of it (the model cannot tell them apart), the simplest decoder
-  // (inline < pipeline < blocking) and the knobs nearest the defaults (hot share 0.75, depth 32)
+  // (inline < pipeline < blocking), the deepest queue, and the hot share nearest the default
+  // 0.75. A deeper queue costs nothing the model sees, and where the model could not tell depths
+  // apart it measured faster: the default model at 25% of the FFN, 21 turns side by side, depth
+  // 128 decoded 3% faster than 32 (docs/benchmarks.md, "2026-11-26 (night)")
   const order: PlannedDecoder[] = ["inline", "pipeline", "blocking"];
   const best = Math.min(...fit.map((c) => c.time.total));
   const near = fit.filter((c) => c.time.total <= best * 1.01);
-  const distance = (c: Candidate) => Math.abs(c.knobs.hotShare - 0.75) + Math.abs(Math.log2(c.knobs.queueDepth / 32)) / 4;
-  near.sort((a, b) => order.indexOf(a.knobs.decoder) - order.indexOf(b.knobs.decoder) || distance(a) - distance(b) || a.time.total - b.time.total);
+  const distance = (c: Candidate) => Math.abs(c.knobs.hotShare - 0.75);
+  near.sort((a, b) => order.indexOf(a.knobs.decoder) - order.indexOf(b.knobs.decoder) || b.knobs.queueDepth - a.knobs.queueDepth || distance(a) - distance(b) || a.time.total - b.time.total);
   return toPlan(inp, m, limits, near[0]!, fit.length + refused, refused);
 }
 

@@ -382,6 +382,18 @@ describe("planner", () => {
     expect(budgetForSpeed(inp, m, limits, top * 1.5)).toBeUndefined();
   });
 
+  it("among plans the model cannot tell apart, the deepest queue: on a machine whose reads are as fast at depth 8, 32 and 128, a budget with reads gets depth 128 at the time depth 32 would take", () => {
+    const inp = input();
+    const m = fakeMachine();
+    const limits = { cores: 2, contextSize: ctx, memory: budgetForFfnFraction(inp.pack, 0.25, planOptions(inp.pack.config, { contextSize: ctx })) };
+    const p = makePlan(inp, m, limits);
+    expect(p.predicted.readsPerToken).toBeGreaterThan(1);
+    expect(p.knobs.queueDepth).toBe(128);
+    // the same knobs at depth 32: the same time (80K reads/s at both depths in this machine)
+    const at32 = makePlan(inp, m, limits, { ...p.knobs, queueDepth: 32 });
+    expect(at32.predicted.total).toBeCloseTo(p.predicted.total, 6);
+  });
+
   it("predicted reads per token within 25% of a decode's measured reads at three budgets (default model, trained predictor)", async () => {
     for (const predictor of ["trained"] as const) {
       const inp = input(predictor);
