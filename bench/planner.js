@@ -112,8 +112,10 @@ async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
 /**
  * Configurations of one model side by side: every one loaded at once, warmed up, then `turns`
  * turns in which each generates once in turn (seeds 1…turns; the same seed for all in a turn).
- * This machine's speed drifts by tens of percent between seconds; one turn takes well under a
- * second, so the configurations see the same drift and their medians compare. Per configuration:
+ * This machine's speed drifts by tens of percent between seconds; a turn of the default model
+ * takes well under a second (the 7B's a few), so the configurations see the same drift and their
+ * medians compare. Memory: every configuration at once (the 7B's grid: two budgets of ~2.9 GB).
+ * Per configuration:
  * its tok/s in every turn and their median.
  */
 async function sideBySide(path, configs, { tokens, ctx, warmup = 16 }, turns = 15) {
