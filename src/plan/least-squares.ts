@@ -1,8 +1,8 @@
 // Least squares with non-negative unknowns, for the planner's few-parameter fits (a matvec call's
 // costs from the probe's shapes, a decoder's own costs from its calibration runs). Costs are never
-// negative; a plain fit on a noisy machine can make a small one so. With k ≤ ~8 unknowns every
-// subset of them is tried (2^k small solves), which is exact and short; a general solver
-// (Lawson–Hanson) would be longer code than the problem.
+// negative; a plain fit on a noisy machine can make a small one so. With k ≤ 12 unknowns (the
+// fits here have 3 to 5) every subset of them is tried (2^k small solves), which is exact and
+// short; a general solver (Lawson–Hanson) would be longer code than the problem.
 
 /**
  * min ‖X·w − y‖² subject to w ≥ 0, X given by rows (one per observation, k columns). Columns that
@@ -31,7 +31,7 @@ export function nonNegativeLeastSquares(X: readonly (readonly number[])[], y: re
     }
     const residuals = residualsOf(w);
     const sse = residuals.reduce((a, r) => a + r * r, 0);
-    // ties (equal fits): the fewer unknowns, which come first in mask order with as many bits
+    // ties (fits equal to 1e-12): the subset met first, in mask order
     if (!best || sse < best.sse * (1 - 1e-12)) best = { w, residuals, sse };
   }
   return { w: best!.w, residuals: best!.residuals };
