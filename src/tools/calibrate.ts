@@ -144,16 +144,17 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
   // the timed tokens decode at positions prompt … prompt + TOKENS − 2: modelled at their mean
   const position = meanPosition(0, TOKENS - 1);
   const none: DecoderCalibration = { layerUs: 0, neuronNs: 0, batchUs: 0, requestUs: 0, aheadNeuronNs: 0 };
+  const inputs = { trained: packPlannerInput(pack, { contextSize: CONTEXT, predictor: "trained" }), oracle: packPlannerInput(pack, { contextSize: CONTEXT, predictor: "oracle" }) };
+  const withReads = [0.25, 0.5].map((f) => ({ f, budget: budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: CONTEXT })) }));
   const out: NonNullable<MachineBounds["decoders"]> = {};
   for (const decoder of DECODERS) {
     // the runs: the whole FFN resident (trained predictor, oracle); a quarter and a half of it,
     // with the memory plan the decoder gets by default there; and for the inline decoder a
     // resident run with gate rows pinned, with and without reads ahead (the look-ahead still
     // predicts, computes and chooses when nothing is left to read)
-    const budgetAt = (f: number) => budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: CONTEXT }));
     const configs: { what: string; predictor: "trained" | "oracle"; budget: number; o: DecodeOptions }[] = [
       ...(["trained", "oracle"] as const).map((predictor) => ({ what: `${decoder} decoder, ${predictor} predictor`, predictor, budget: Number.MAX_SAFE_INTEGER, o: { predictor } })),
-      ...[0.25, 0.5].map((f) => ({ what: `${decoder} decoder with reads (${100 * f}% resident)`, predictor: "trained" as const, budget: budgetAt(f), o: { memory: budgetAt(f) } })),
+      ...withReads.map(({ f, budget }) => ({ what: `${decoder} decoder with reads (${100 * f}% resident)`, predictor: "trained" as const, budget, o: { memory: budget } })),
       ...(decoder === "inline" ? [128, 0].map((readAhead) => ({ what: `inline decoder, reads ahead ${readAhead ? "on" : "off"}`, predictor: "trained" as const, budget: Number.MAX_SAFE_INTEGER, o: { pinGates: true, readAhead } })) : []),
     ];
     // each run's modelled token without the decoder's costs, and what one unit of each cost adds
@@ -163,8 +164,7 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
     for (const c of configs) {
       const { pinGates, readAhead } = c.o;
       const mem = planMemory(pack, c.budget, sparsePlanOptions(pack, decoder, c.budget, { contextSize: CONTEXT, predictor: c.predictor, pinGates, readAhead }));
-      const inp = packPlannerInput(pack, { contextSize: CONTEXT, predictor: c.predictor });
-      const t = (cal: DecoderCalibration) => tokenTime(inp.shape, mem, { ...m, decoders: { [decoder]: cal } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position, window: 5 });
+      const t = (cal: DecoderCalibration) => tokenTime(inputs[c.predictor].shape, mem, { ...m, decoders: { [decoder]: cal } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position, window: 5 });
       const t0 = t(none);
       const perUnit = Object.fromEntries(DECODER_COSTS.map((k) => [k, t({ ...none, [k]: 1 }).total - t0.total])) as Record<DecoderCost, number>;
       const measuredUs = await measure({ o: { decoder, threads, ...c.o } }, c.what);
