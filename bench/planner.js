@@ -54,6 +54,9 @@ const { packPlannerInput, machineForPlan } = await import(pathToFileURL(join(roo
 const log = (s) => process.stderr.write(`[planner] ${s}\n`);
 const MiB = 2 ** 20;
 
+/** The median of a sample (the lower middle of an even count). */
+const median = (a) => [...a].sort((x, y) => x - y)[(a.length - 1) >> 1];
+
 /** A model loaded for measuring: its session, and the reads its sparse decoder counted. */
 async function openForMeasure(path, opts, ctx) {
   const model = await np.loadModel(path, { contextSize: ctx, ...opts });
@@ -98,7 +101,6 @@ async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
   } finally {
     await closeMeasured(m);
   }
-  runs.sort((a, b) => a - b);
   const { model } = m;
   const p = model.plan;
   const promptLength = model.tokenizer.encode("The whale swam").length;
@@ -106,7 +108,7 @@ async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
   // prompt … prompt + tokens − 2: predict the same knobs at their mean position
   const position = promptLength + (tokens - 2) / 2;
   const atMean = p && planner.makePlan(packPlannerInput(np.openPack(path), { contextSize: ctx }), machineForPlan(path), { memory: p.limits.memory ?? undefined, cores: p.limits.cores, contextSize: ctx, position }, p.knobs).predicted;
-  return { tokPerSec: runs[(runs.length - 1) >> 1], runs, readsPerToken: m.counted ? m.reads / m.counted : 0, knobs: p?.knobs, overrides: p?.overrides, position, predicted: atMean?.tokPerSec, predictedReads: atMean?.readsPerToken, bottleneck: atMean?.bottleneck, predictedAtPlanPosition: p?.predicted.tokPerSec };
+  return { tokPerSec: median(runs), runs: [...runs].sort((a, b) => a - b), readsPerToken: m.counted ? m.reads / m.counted : 0, knobs: p?.knobs, overrides: p?.overrides, position, predicted: atMean?.tokPerSec, predictedReads: atMean?.readsPerToken, bottleneck: atMean?.bottleneck, predictedAtPlanPosition: p?.predicted.tokPerSec };
 }
 
 /**
@@ -125,7 +127,7 @@ async function sideBySide(path, configs, { tokens, ctx, warmup = 16 }, turns = 1
     for (const m of ms) await generation(m, warmup, 0);
     const runs = configs.map(() => []);
     for (let t = 0; t < turns; t++) for (let i = 0; i < ms.length; i++) runs[i].push(await generation(ms[i], tokens, t + 1));
-    return runs.map((r) => ({ runs: r, tokPerSec: [...r].sort((a, b) => a - b)[(r.length - 1) >> 1] }));
+    return runs.map((r) => ({ runs: r, tokPerSec: median(r) }));
   } finally {
     for (const m of ms) await closeMeasured(m);
   }
@@ -231,7 +233,7 @@ if (defaultAll || parts.has("default-fractions")) {
       out.modes.push(row);
       log(`default model, ${100 * f}%: default ${row.default.toFixed(1)}, inline ${row.inline.toFixed(1)}, pipeline ${row.pipeline.toFixed(1)}, blocking ${row.blocking.toFixed(1)} tok/s (side by side, medians of ${runs.default.length} turns): default = ${row.defaultOverFastest.toFixed(3)} of the fastest mode`);
     }
-    // --min-speed: half the resident speed the planner predicts
+    // --min-speed: a quarter of the resident speed the planner predicts
     const pack = np.openPack(packPath);
     const inp = packPlannerInput(pack, { contextSize: o.ctx });
     const m = machineForPlan(packPath);
