@@ -33,17 +33,22 @@ function rate(fn: () => void, seconds: number): number {
   return n / (el / 1000);
 }
 
-/** Reads of `path` by kind, block size and queue depth (a loader per depth; random offsets from a fixed LCG within the first 2 GiB). */
-export function measureReadRates(path: string, seconds = 0.15): ReadRate[] {
+/** A point of the read table: what kind of read, how large, how many in flight. */
+export type ReadPoint = Pick<ReadRate, "kind" | "blockBytes" | "queueDepth">;
+
+/** The probe's read table: sequential 128 KiB–4 MiB at depth 4; random 4–64 KiB at depths 1–128. */
+const READ_POINTS: readonly ReadPoint[] = [
+  ...[128 * 1024, MiB, 4 * MiB].map((blockBytes) => ({ kind: "sequential" as const, blockBytes, queueDepth: 4 })),
+  ...[4096, 8192, 16384, 65536].flatMap((blockBytes) => [1, 8, 32, 128].map((queueDepth) => ({ kind: "random" as const, blockBytes, queueDepth }))),
+];
+
+/** Reads of `path` at `points` (the probe's table by default): a loader per point; random offsets from a fixed LCG within the first 2 GiB. */
+export function measureReadRates(path: string, seconds = 0.15, points: readonly ReadPoint[] = READ_POINTS): ReadRate[] {
   const n = native();
   const size = statSync(path).size;
   const out: ReadRate[] = [];
   const buf = n.alloc(16 * MiB);
   try {
-    const points: { kind: ReadRate["kind"]; blockBytes: number; queueDepth: number }[] = [
-      ...[128 * 1024, MiB, 4 * MiB].map((blockBytes) => ({ kind: "sequential" as const, blockBytes, queueDepth: 4 })),
-      ...[4096, 8192, 16384, 65536].flatMap((blockBytes) => [1, 8, 32, 128].map((queueDepth) => ({ kind: "random" as const, blockBytes, queueDepth }))),
-    ];
     for (const p of points) {
       if (size < p.blockBytes * 8) continue;
       const id = n.openLoader(path, { backend: "auto", queueDepth: p.queueDepth, directIO: true });
