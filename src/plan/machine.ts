@@ -69,6 +69,16 @@ export interface ShapeRate {
   GBps: number;
 }
 
+/** A phase check (phase.ts): how fast the machine runs now against its probe, now ÷ probed (> 1: faster). */
+export interface MachinePhase {
+  /** The Q4_0 matvec at the probe's working set `workingSet` (bytes). */
+  memory: number;
+  workingSet: number;
+  /** 4 KiB random reads at depth 32 on the probe's file (1 when the probe has no such point or the file is gone). */
+  reads: number;
+  measuredAt: string;
+}
+
 /** `probe`: a message from one thread to another and back, median µs. */
 export interface MessageRates {
   postMessageUs: number;
@@ -125,6 +135,8 @@ export interface MachineBounds {
   calibrationRounds?: number;
   /** `probe`: attention's cost per query head and position beyond its KV bytes (tools/calibrate.ts). */
   attention?: AttentionCalibration;
+  /** Set by phase.ts `atPhase`: the rates above are the probe's scaled by this phase check. */
+  phase?: MachinePhase;
 }
 
 /**

@@ -10,7 +10,7 @@
 import type { Pack } from "../sparse/pack/format.js";
 import { planMemory, clusterSizeFor, budgetForFfnFraction, formatBytes, type MemoryPlan, type PlanOptions } from "../sparse/memory-plan.js";
 import { stepCosts } from "./step-costs.js";
-import type { MachineBounds } from "./machine.js";
+import type { MachineBounds, MachinePhase } from "./machine.js";
 import { profileRates } from "./cache-model.js";
 import { modelShape, tokenTime, type ModelShape, type PlannedDecoder, type TokenTime } from "./time-model.js";
 
@@ -45,7 +45,7 @@ export interface ExecutionPlan {
   version: 1;
   createdAt: string;
   model: { path: string; name: string; fingerprint: string; nLayer: number; nFF: number; ffnBytes: number };
-  machine: { host: string; cpu: string; measuredAt: string; calibrated: boolean };
+  machine: { host: string; cpu: string; measuredAt: string; calibrated: boolean; phase?: MachinePhase };
   limits: { memory: number | null; cores: number; contextSize: number };
   knobs: PlanKnobs;
   /** Where the budget goes under these knobs. */
@@ -162,7 +162,7 @@ function toPlan(inp: PlannerInput, m: MachineBounds, limits: PlanLimits, c: Cand
     version: 1,
     createdAt: new Date().toISOString(),
     model: { path: pack.path, name: pack.source.name, fingerprint: pack.source.fingerprint, nLayer, nFF, ffnBytes: nLayer * nFF * (pack.gateBytes + pack.upBytes + pack.downBytes) },
-    machine: { host: m.host, cpu: m.cpu, measuredAt: m.measuredAt, calibrated: m.decoders !== undefined },
+    machine: { host: m.host, cpu: m.cpu, measuredAt: m.measuredAt, calibrated: m.decoders !== undefined, ...(m.phase ? { phase: m.phase } : {}) },
     limits: { memory: bounded ? limits.memory! : null, cores: limits.cores, contextSize: c.mem.options.contextSize },
     knobs: c.knobs,
     memory: {
@@ -244,7 +244,7 @@ export function describeExecutionPlan(p: ExecutionPlan): string {
       ? `the calling thread runs every step with ${k.threads} kernel thread${k.threads > 1 ? "s" : ""}; reads are submitted from it (queue depth ${k.queueDepth})${k.readAhead ? `, ${k.readAhead} neurons per batch of reads ahead on their own ring while it computes` : ""}`
       : `a compute worker runs the kernels with ${k.threads} thread${k.threads > 1 ? "s" : ""}, an I/O worker submits and completes reads (queue depth ${k.queueDepth})${k.decoder === "blocking" ? "; every read of a layer before its compute (LLMFlash's window cache of 5 tokens)" : "; reads overlap compute"}`;
   return [
-    `plan for ${p.model.path} (${p.model.nLayer} layers × ${p.model.nFF} neurons, FFN ${mb(p.model.ffnBytes)}) on ${p.machine.cpu}${p.machine.calibrated ? "" : " (decoders not calibrated: run `neuronpipe probe`)"}`,
+    `plan for ${p.model.path} (${p.model.nLayer} layers × ${p.model.nFF} neurons, FFN ${mb(p.model.ffnBytes)}) on ${p.machine.cpu}${p.machine.calibrated ? "" : " (decoders not calibrated: run `neuronpipe probe`)"}${p.machine.phase ? `; the machine runs at ${p.machine.phase.memory.toFixed(2)}× its probe's memory speed and ${p.machine.phase.reads.toFixed(2)}× its read rate now` : ""}`,
     `  memory: ${p.memory.budget === null ? "no bound" : mb(p.memory.budget)}; fixed region ${mb(p.memory.fixedBytes)}; ${(100 * p.memory.ffnResident).toFixed(1)}% of the FFN resident${p.memory.gatesPinned ? " (every gate row pinned, up+down cached)" : " (whole bundles cached)"}, ${p.memory.hotClusters} hot clusters of ${k.clusterSize} (hot share ${k.hotShare})`,
     `  decoder: ${k.decoder}: ${cores}`,
     `  per token: ${t.flagged.toFixed(0)} neurons flagged, ${t.fired.toFixed(0)} fired; ${t.readsPerToken.toFixed(1)} reads (${mb(t.readBytesPerToken)}), hit rate ${(100 * t.hitRate).toFixed(1)}%`,

@@ -2,9 +2,10 @@
 // the pack's profile and the limits given — printed in words and written as JSON
 // (docs/formats.md, "Execution plan"); `--min-speed` names the smallest budget predicted to reach
 // a speed, `--sweep` predicts speed across budgets.
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { machineForPlan, packPlannerInput } from "../../decode/planned.js";
+import { atPhase, PhaseMeter } from "../../plan/phase.js";
 import { writePlanFile } from "../../plan/plan-file.js";
 import { budgetForSpeed, describeExecutionPlan, makePlan, sweepPlans, type ExecutionPlan, type PlanLimits } from "../../plan/planner.js";
 import { openPack } from "../../sparse/pack/open.js";
@@ -13,7 +14,7 @@ import { num, UsageError, type Command } from "../command.js";
 
 export const plan: Command = {
   summary: "choose the fastest decode plan for a neuron pack under a memory budget, predict its speed, write it as JSON",
-  usage: "neuronpipe plan --model PACK [--memory B] [--cores N] [--ctx N] [--min-speed TOK/S | --sweep] [--out FILE] [--json]",
+  usage: "neuronpipe plan --model PACK [--memory B] [--cores N] [--ctx N] [--min-speed TOK/S | --sweep] [--phase] [--out FILE] [--json]",
   options: {
     model: { type: "string", short: "m" },
     memory: { type: "string" },
@@ -21,6 +22,7 @@ export const plan: Command = {
     ctx: { type: "string" },
     "min-speed": { type: "string" },
     sweep: { type: "boolean" },
+    phase: { type: "boolean" },
     out: { type: "string" },
     json: { type: "boolean" },
     help: { type: "boolean", short: "h" },
@@ -32,6 +34,7 @@ export const plan: Command = {
     ctx: "context size the session reserves (default min(model's, 2048))",
     "min-speed": "the smallest budget predicted to decode at least this many tokens per second (or: none does)",
     sweep: "predicted speed from the smallest workable budget to everything resident",
+    phase: "check how fast the machine runs now against its probe (~0.5 s: a matvec and 4 KiB reads) and predict at that speed; the plan records the check",
     out: "write the plan as JSON to this file (use it with `generate --plan FILE`)",
     json: "print JSON",
   },
@@ -53,7 +56,15 @@ export const plan: Command = {
       }
     }
     const pack = openPack(path);
-    const m = machineForPlan(path);
+    let m = machineForPlan(path);
+    if (v.phase) {
+      const meter = new PhaseMeter(m, statSync(path).size);
+      try {
+        m = atPhase(m, meter.measure());
+      } finally {
+        meter.dispose();
+      }
+    }
     const inp = packPlannerInput(pack, { contextSize });
     const limits: PlanLimits = { memory, cores, contextSize };
     if (v.sweep) {

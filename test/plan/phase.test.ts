@@ -1,0 +1,173 @@
+// The phase check (plan/phase.ts) against hand computations: a machine at half its probe's memory
+// speed takes exactly twice as long for every compute step and every fixed cost of the time model,
+// and its reads take as long as before; at half its read rate only the reads' throughput doubles.
+// The meter against a rate this test measures itself: a probe whose Q4_0 matvec is what this
+// process just read over the same working set gives a phase near 1.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { packPlannerInput } from "../../src/decode/planned.js";
+import { machineIdentity, type MachineBounds } from "../../src/plan/machine.js";
+import { atPhase, meanPhase, PhaseMeter } from "../../src/plan/phase.js";
+import { tokenTime } from "../../src/plan/time-model.js";
+import { GGMLType, native } from "../../src/native.js";
+import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
+import { openPack } from "../../src/sparse/pack/open.js";
+import { runCli } from "../helpers/cli.js";
+import { scratchDefaultPack } from "../helpers/default-pack.js";
+
+const { dir, packPath } = scratchDefaultPack("np-phase-");
+
+/** A machine whose every rate the test sets (as test/plan/planner.test.ts's), with a cost per layer, per neuron, per batch and per read. */
+function machine(): MachineBounds {
+  const types = ["F32", "F16", "Q8_0", "Q4_0"] as const;
+  const cal = { layerUs: 10, neuronNs: 3, batchUs: 20, requestUs: 2 };
+  return {
+    version: 2,
+    measuredAt: "2026-01-01T00:00:00.000Z",
+    host: "test",
+    cpu: "test ×2",
+    memory: [
+      { threads: 1, readGBps: 20 },
+      { threads: 2, readGBps: 40 },
+    ],
+    disk: {
+      path: "/nonexistent/probe-file",
+      backend: "pread",
+      directIO: true,
+      sequentialGBps: 1,
+      random4kIops: 80_000,
+      queueDepth: 32,
+      rates: [4096, 8192, 16384, 65536].flatMap((blockBytes) => [1, 8, 32, 128].map((queueDepth) => ({ kind: "random" as const, blockBytes, queueDepth, readsPerSecond: queueDepth === 1 ? 10_000 : 80_000, GBps: 0 }))),
+    },
+    kernels: types.flatMap((type) => (["matvec", "gather", "axpy"] as const).map((kernel) => ({ type, kernel, threads: 2, GBps: 10 }))),
+    workingSets: [
+      { bytes: 9437184, GBps: 12 },
+      { bytes: 132120576, GBps: 10 },
+    ],
+    messages: { postMessageUs: 50, atomicsUs: 50 },
+    decoders: { inline: cal, pipeline: cal, blocking: cal },
+    attention: { headPositionNs: 40, runs: [] },
+  };
+}
+
+describe("machine phase", () => {
+  const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 60, window: 5 } as const;
+  /** The default pack's shape, and its memory plan at a quarter of the FFN (the pack is written before the tests). */
+  const quarterOfTheFfn = () => {
+    const pack = openPack(packPath);
+    const inp = packPlannerInput(pack, { contextSize: 128 });
+    const quarter = budgetForFfnFraction(pack, 0.25, planOptions(pack.config, { contextSize: 128 }));
+    return { inp, mem: planMemory(pack, quarter, inp.optionsFor("inline", quarter, { pinGates: false, hotShare: 0.75, clusterSize: 32 })) };
+  };
+  const phase = (memory: number, reads: number) => ({ memory, reads, workingSet: 2 ** 25, measuredAt: "now" });
+
+  it("at half the memory speed every compute step and fixed cost takes twice as long, the reads' throughput as long as before", () => {
+    const { inp, mem } = quarterOfTheFfn();
+    const m = machine();
+    const t = tokenTime(inp.shape, mem, m, o);
+    const h = tokenTime(inp.shape, mem, atPhase(m, phase(0.5, 1)), o);
+    expect(t.readsPerToken).toBeGreaterThan(1); // a quarter of the FFN: the token reads
+    for (const step of ["attention", "predictor", "gate", "upDown", "output", "host"] as const) expect(h[step] / t[step], step).toBeCloseTo(2, 9);
+    expect(h.readThroughputUs).toBeCloseTo(t.readThroughputUs, 9);
+    // the decoder's own costs per batch and per read are CPU time: twice as long
+    const cpu = (x: typeof t) => x.readBatches * 20 + x.readsPerToken * 2;
+    expect(h.reads - h.readThroughputUs).toBeCloseTo(2 * (t.reads - t.readThroughputUs), 6);
+    expect(t.reads - t.readThroughputUs).toBeCloseTo(cpu(t), 6);
+  });
+
+  it("at half the read rate only the reads' throughput doubles; phase 1 changes nothing", () => {
+    const { inp, mem } = quarterOfTheFfn();
+    const m = machine();
+    const t = tokenTime(inp.shape, mem, m, o);
+    const r = tokenTime(inp.shape, mem, atPhase(m, phase(1, 0.5)), o);
+    expect(r.readThroughputUs / t.readThroughputUs).toBeCloseTo(2, 9);
+    for (const step of ["attention", "predictor", "gate", "upDown", "output", "host"] as const) expect(r[step]).toBeCloseTo(t[step], 9);
+    const same = tokenTime(inp.shape, mem, atPhase(m, phase(1, 1)), o);
+    expect(same.total).toBeCloseTo(t.total, 9);
+    expect(atPhase(m, phase(0.8, 1.25)).phase).toEqual(phase(0.8, 1.25)); // the plan records the check
+  });
+
+  it("meanPhase is the geometric mean of the ratios", () => {
+    const p = meanPhase([phase(0.5, 2), phase(2, 0.5), phase(1, 1)]);
+    expect(p.memory).toBeCloseTo(1, 12);
+    expect(p.reads).toBeCloseTo(1, 12);
+    expect(meanPhase([phase(0.64, 1), phase(1, 1)]).memory).toBeCloseTo(0.8, 12);
+  });
+
+  it("the meter: against a probe whose matvec rate this test has just measured over the same working set, the phase is near 1; no probe file, no read check", () => {
+    const n = native();
+    const cols = 4096;
+    const matrixBytes = n.rowBytes(GGMLType.Q4_0, cols) * cols;
+    const count = 3;
+    // this test's own measurement: 3 matrices of 4096² Q4_0, matvec'd in turn for 0.3 s
+    const w = n.alloc(count * matrixBytes);
+    const x = n.alloc(cols * 4);
+    const y = n.alloc(cols * 4);
+    let GBps: number;
+    try {
+      n.fillUniform(x, 0, cols, 3n, 1);
+      const pass = () => {
+        for (let i = 0; i < count; i++) n.matvec(GGMLType.Q4_0, w, i * matrixBytes, cols, cols, x, 0, y, 0);
+      };
+      for (let i = 0; i < 5; i++) pass();
+      let passes = 0;
+      const t0 = performance.now();
+      while (performance.now() - t0 < 300) {
+        pass();
+        passes++;
+      }
+      GBps = (passes * count * matrixBytes) / ((performance.now() - t0) / 1000) / 1e9;
+    } finally {
+      for (const id of [w, x, y]) n.free(id);
+    }
+    const m = machine();
+    const threads = n.getThreads();
+    m.memory = [{ threads, readGBps: 40 }];
+    m.kernels = [{ type: "Q4_0", kernel: "matvec", threads, GBps }];
+    m.workingSets = [
+      { bytes: count * matrixBytes, GBps: 1 }, // the curve is flat here: the table's rate is the model's
+      { bytes: 2 ** 27, GBps: 1 },
+    ];
+    const meter = new PhaseMeter(m, 2 ** 25);
+    try {
+      expect(meter.workingSet).toBe(count * matrixBytes); // the probe's point nearest 32 MiB
+      const p = meter.measure(0.3);
+      // this machine's speed moves by tens of percent between seconds: a wrong count of matrices
+      // or bytes would be off by 3× or more
+      expect(p.memory).toBeGreaterThan(0.6);
+      expect(p.memory).toBeLessThan(1.6);
+      expect(p.reads).toBe(1); // the probe's file does not exist
+    } finally {
+      meter.dispose();
+    }
+    expect(() => meter.measure()).toThrow(/after dispose/);
+  });
+
+  it("plan --phase: the plan records the check and predicts at it; a probe without working sets is named", async () => {
+    // this host's cache holds the test machine (its identity, so the planner takes it)
+    const m = { ...machine(), ...machineIdentity() };
+    const cache = join(dir, "cache");
+    mkdirSync(cache, { recursive: true });
+    writeFileSync(join(cache, "machine.json"), JSON.stringify(m));
+    const env = { NEURONPIPE_CACHE_DIR: cache };
+    const plain = await runCli(["plan", "--model", packPath, "--ctx", "128", "--json"], env);
+    const checked = await runCli(["plan", "--model", packPath, "--ctx", "128", "--json", "--phase"], env);
+    expect(plain.code, plain.err).toBe(0);
+    expect(checked.code, checked.err).toBe(0);
+    const [p, c] = [JSON.parse(plain.out), JSON.parse(checked.out)];
+    expect(p.machine.phase).toBeUndefined();
+    const ph = c.machine.phase;
+    expect(ph.reads).toBe(1); // the test machine's probe file does not exist
+    expect(ph.memory).toBeGreaterThan(0);
+    // the default pack (~60 MiB) is nearer the probe's 126 MiB point than its 9 MiB one, in log
+    expect(ph.workingSet).toBe(132120576);
+    // everything resident: no reads, so every µs of the token scales by 1 / phase
+    expect(p.predicted.reads).toBe(0);
+    expect(c.predicted.total * ph.memory).toBeCloseTo(p.predicted.total, 6);
+    writeFileSync(join(cache, "machine.json"), JSON.stringify({ ...m, workingSets: undefined }));
+    const bare = await runCli(["plan", "--model", packPath, "--ctx", "128", "--phase"], env);
+    expect(bare.code).not.toBe(0);
+    expect(bare.err).toMatch(/no working-set rates: run `neuronpipe probe --refresh`/);
+  });
+});
