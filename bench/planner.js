@@ -27,7 +27,7 @@
 // the small models, 3 for the 7B) after one round not counted, and reports the rounds' spread (the
 // quartiles ÷ the median − 1: how far this machine's noise alone moves a point).
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
@@ -51,6 +51,7 @@ const { values: v } = parseArgs({
 const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
 const planner = await import(pathToFileURL(join(rootDir, "dist", "src", "plan", "planner.js")).href);
 const { packPlannerInput, machineForPlan } = await import(pathToFileURL(join(rootDir, "dist", "src", "decode", "planned.js")).href);
+const { PhaseMeter, atPhase, meanPhase } = await import(pathToFileURL(join(rootDir, "dist", "src", "plan", "phase.js")).href);
 const log = (s) => process.stderr.write(`[planner] ${s}\n`);
 const MiB = 2 ** 20;
 
@@ -90,8 +91,23 @@ async function closeMeasured(m) {
   await m.model[Symbol.asyncDispose]();
 }
 
-/** Median decode tok/s of `reps` sampled generations after a warm-up, the plan the model was loaded with, and its prediction at the timed tokens' mean position. */
+/** One phase meter per model (plan/phase.ts), kept across its measurements. */
+const meters = new Map();
+function phaseMeter(path) {
+  if (!meters.has(path)) meters.set(path, new PhaseMeter(machineForPlan(path), statSync(path).size));
+  return meters.get(path);
+}
+
+/**
+ * Median decode tok/s of `reps` sampled generations after a warm-up, the plan the model was
+ * loaded with, and its prediction at the timed tokens' mean position: from the probe alone
+ * (`predictedProbe`) and at the machine's phase, checked just before the model is loaded and just
+ * after it is closed (`predicted`, `phase`: this VM's speed moves by 20–30% between hours, and
+ * the check is part of the prediction, as the probe is).
+ */
 async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
+  const meter = phaseMeter(path);
+  const before = meter.measure();
   const m = await openForMeasure(path, opts, ctx);
   const runs = [];
   try {
@@ -101,14 +117,30 @@ async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
   } finally {
     await closeMeasured(m);
   }
+  const phase = meanPhase([before, meter.measure()]);
   const { model } = m;
   const p = model.plan;
   const promptLength = model.tokenizer.encode("The whale swam").length;
   // the plan predicts a token at position min(ctx, 128); the timed tokens decode at positions
   // prompt … prompt + tokens − 2: predict the same knobs at their mean position
   const position = promptLength + (tokens - 2) / 2;
-  const atMean = p && planner.makePlan(packPlannerInput(np.openPack(path), { contextSize: ctx }), machineForPlan(path), { memory: p.limits.memory ?? undefined, cores: p.limits.cores, contextSize: ctx, position }, p.knobs).predicted;
-  return { tokPerSec: median(runs), runs: [...runs].sort((a, b) => a - b), readsPerToken: m.counted ? m.reads / m.counted : 0, knobs: p?.knobs, overrides: p?.overrides, position, predicted: atMean?.tokPerSec, predictedReads: atMean?.readsPerToken, bottleneck: atMean?.bottleneck, predictedAtPlanPosition: p?.predicted.tokPerSec };
+  const predict = (machine) => p && planner.makePlan(packPlannerInput(np.openPack(path), { contextSize: ctx }), machine, { memory: p.limits.memory ?? undefined, cores: p.limits.cores, contextSize: ctx, position }, p.knobs).predicted;
+  const probe = machineForPlan(path);
+  const atMean = predict(atPhase(probe, phase));
+  return {
+    tokPerSec: median(runs),
+    runs: [...runs].sort((a, b) => a - b),
+    readsPerToken: m.counted ? m.reads / m.counted : 0,
+    knobs: p?.knobs,
+    overrides: p?.overrides,
+    position,
+    predicted: atMean?.tokPerSec,
+    predictedReads: atMean?.readsPerToken,
+    bottleneck: atMean?.bottleneck,
+    phase,
+    predictedProbe: predict(probe)?.tokPerSec,
+    predictedAtPlanPosition: p?.predicted.tokPerSec,
+  };
 }
 
 /**
@@ -186,8 +218,13 @@ async function fractionRounds(name, path, o) {
     const spread = [sorted[Math.floor((rounds - 1) / 4)].tokPerSec / r.tokPerSec - 1, sorted[Math.ceil((3 * (rounds - 1)) / 4)].tokPerSec / r.tokPerSec - 1];
     const digits = r.tokPerSec < 100 ? 2 : 1;
     const pct = (x) => `${x >= 0 ? "+" : ""}${(100 * x).toFixed(0)}%`;
-    log(`${name}, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(digits)} tok/s (median of ${rounds} rounds: ${runs[i].map((x) => x.tokPerSec.toFixed(digits)).join(", ")}; quartiles ${pct(spread[0])} / ${pct(spread[1])}), predicted ${r.predicted.toFixed(digits)} (${pct(r.predicted / r.tokPerSec - 1)}), reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
-    return { ffn: f, budget: budgets[i] ?? null, ...r, rounds: runs[i].map((x) => x.tokPerSec), spread, error: r.predicted / r.tokPerSec - 1 };
+    // each round is predicted at its own phase: the error is the median of the rounds' errors;
+    // errorProbe is the probe's prediction alone against the median round
+    const errors = runs[i].map((x) => x.predicted / x.tokPerSec - 1);
+    const error = median(errors);
+    const errorProbe = r.predictedProbe / r.tokPerSec - 1;
+    log(`${name}, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(digits)} tok/s (median of ${rounds} rounds: ${runs[i].map((x) => x.tokPerSec.toFixed(digits)).join(", ")}; quartiles ${pct(spread[0])} / ${pct(spread[1])}); predicted at each round's phase: ${pct(error)} (rounds ${errors.map(pct).join(", ")}; phases ${runs[i].map((x) => x.phase.memory.toFixed(2)).join(", ")}); from the probe alone ${r.predictedProbe.toFixed(digits)} (${pct(errorProbe)}); reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
+    return { ffn: f, budget: budgets[i] ?? null, ...r, rounds: runs[i].map((x) => x.tokPerSec), phases: runs[i].map((x) => x.phase), errors, spread, error, errorProbe };
   });
 }
 
@@ -240,10 +277,18 @@ if (defaultAll || parts.has("default-fractions")) {
     const limits = { cores: np.native().getThreads(), contextSize: o.ctx };
     const top = planner.makePlan(inp, m, limits);
     const target = Math.round(top.predicted.tokPerSec / 4);
-    const named = planner.budgetForSpeed(inp, m, limits, target);
-    const run = await measure(packPath, { memory: named.memory.budget }, o);
-    out.minSpeed = { target, budget: named.memory.budget, predicted: named.predicted.tokPerSec, measured: run.tokPerSec, reached: run.tokPerSec / target };
-    log(`plan --min-speed ${target}: ${(named.memory.budget / MiB).toFixed(1)} MiB; measured there ${run.tokPerSec.toFixed(1)} tok/s = ${(run.tokPerSec / target).toFixed(2)} of the target`);
+    // as `plan --min-speed T --phase` answers it: at the machine's phase checked just before; the
+    // budget measured in 3 rounds (median), each named again at its own check
+    const rounds = [];
+    for (let round = 0; round < 3; round++) {
+      const phase = phaseMeter(packPath).measure();
+      const named = planner.budgetForSpeed(inp, atPhase(m, phase), limits, target);
+      const run = await measure(packPath, { memory: named.memory.budget }, o);
+      rounds.push({ phase, budget: named.memory.budget, predicted: named.predicted.tokPerSec, measured: run.tokPerSec, reached: run.tokPerSec / target });
+    }
+    const mid = [...rounds].sort((a, b) => a.reached - b.reached)[1];
+    out.minSpeed = { target, ...mid, rounds };
+    log(`plan --min-speed ${target} --phase: ${rounds.map((r) => `${(r.budget / MiB).toFixed(1)} MiB at phase ${r.phase.memory.toFixed(2)}: ${r.measured.toFixed(1)} tok/s = ${r.reached.toFixed(2)}`).join("; ")} of the target (median ${mid.reached.toFixed(2)})`);
     out.sweep = planner.sweepPlans(inp, m, limits, 10).map((p) => ({ budget: p.memory.budget, tokPerSec: p.predicted.tokPerSec, decoder: p.knobs.decoder }));
   }
 }
@@ -325,6 +370,7 @@ else {
 }
 
 mkdirSync(dirname(v.out), { recursive: true });
+for (const meter of meters.values()) meter.dispose();
 writeFileSync(v.out, JSON.stringify(results, null, 2) + "\n");
 log(`wrote ${v.out}`);
 
