@@ -8,6 +8,10 @@ import { cachedMachine, keepMachine, machineCachePath, measureBounds, type Machi
 import { readPlanFile } from "../plan/plan-file.js";
 import { makePlan, plannerInput, type ExecutionPlan, type PlanKnobs, type PlannerInput } from "../plan/planner.js";
 import { measureKernels, measureReadRates } from "../plan/probe.js";
+import { denseShapes, timeDenseSteps } from "../plan/dense-steps.js";
+import type { GGUFFile } from "../gguf/reader.js";
+import { readConfig } from "../model/config.js";
+import { openPack } from "../sparse/pack/open.js";
 import { planOptions, type PlanOptions } from "../sparse/memory-plan.js";
 import type { Pack } from "../sparse/pack/format.js";
 import type { DecoderKind } from "./decoder.js";
@@ -31,17 +35,30 @@ export function packPlannerInput(pack: Pack, o: OpenOptions): PlannerInput {
 
 /**
  * This host's probe: the cached one, else a brief one now (memory, the pack's storage, kernels;
- * ~5 s, kept for the next load). Decoder costs are calibrated only by `neuronpipe probe`; until
- * then the planner uses the reference machine's (time-model.ts, UNCALIBRATED).
+ * ~5 s, kept for the next load), with the pack's dense steps timed (dense-steps.ts: the first
+ * plan of a model shape on this machine, ~0.5 s for the shipped model, ~2 s for a 7B; kept with
+ * the probe). Decoder costs are calibrated only by `neuronpipe probe`; until then the planner
+ * uses the reference machine's (time-model.ts, UNCALIBRATED).
  */
-export function machineForPlan(packPath: string): MachineBounds {
-  const cached = cachedMachine();
-  if (cached) return cached;
-  const b = measureBounds(packPath);
-  if (b.disk) b.disk.rates = measureReadRates(b.disk.path, 0.03);
-  b.kernels = measureKernels(0.03);
-  keepMachine(b, machineCachePath());
-  return b;
+export function machineForPlan(packPath: string, pack?: Pack): MachineBounds {
+  let m = cachedMachine();
+  if (!m) {
+    m = measureBounds(packPath);
+    if (m.disk) m.disk.rates = measureReadRates(m.disk.path, 0.03);
+    m.kernels = measureKernels(0.03);
+    keepMachine(m, machineCachePath());
+  }
+  return withDenseSteps(m, (pack ?? openPack(packPath)).file, machineCachePath());
+}
+
+/** `m` with the dense steps of the model in `file` timed on the pool's threads (once: kept in the probe's cache at `cachePath`). */
+export function withDenseSteps(m: MachineBounds, file: GGUFFile, cachePath: string): MachineBounds {
+  const shapes = denseShapes(file, readConfig(file).nLayer);
+  const threads = native().getThreads();
+  if (!shapes || m.denseSteps?.some((d) => d.key === shapes.key && d.threads === threads)) return m;
+  const timed = { ...m, denseSteps: [...(m.denseSteps ?? []), timeDenseSteps(m, shapes)] };
+  keepMachine(timed, cachePath);
+  return timed;
 }
 
 /** The knobs given explicitly, as plan knobs. */
@@ -74,7 +91,7 @@ export function planForLoad(pack: Pack, budget: number, o: OpenOptions): { plan?
     plan = structuredClone(plan);
     if (o.memory === undefined && plan.limits.memory !== null) budget = plan.limits.memory;
   } else {
-    const m = machineForPlan(pack.path);
+    const m = machineForPlan(pack.path, pack);
     const predictor = o.predictor ?? "trained";
     const inp = packPlannerInput(pack, o);
     const cores = o.threads ?? native().getThreads() ?? availableParallelism();

@@ -69,6 +69,20 @@ export interface ShapeRate {
   GBps: number;
 }
 
+/**
+ * A model's dense steps timed on this machine (dense-steps.ts): µs per token of attention's
+ * matvecs (every layer) and of the classifier, for one set of matrix shapes and types (`key`) on
+ * `threads` pool threads, at the probe's speed (measured µs × the phase then: what they take
+ * when the machine runs as it did when probed).
+ */
+export interface DenseStepRate {
+  key: string;
+  threads: number;
+  attentionUs: number;
+  outputUs: number;
+  measuredAt: string;
+}
+
 /** A phase check (phase.ts): how fast the machine runs now against its probe, now ÷ probed (> 1: faster). */
 export interface MachinePhase {
   /** The Q4_0 matvec at the probe's working set `workingSet` (bytes). */
@@ -135,6 +149,8 @@ export interface MachineBounds {
   calibrationRounds?: number;
   /** `probe`: attention's cost per query head and position beyond its KV bytes (tools/calibrate.ts). */
   attention?: AttentionCalibration;
+  /** The dense steps of the models planned on this machine, timed once per shape set (dense-steps.ts). */
+  denseSteps?: DenseStepRate[];
   /** Set by phase.ts `atPhase`: the rates above are the probe's scaled by this phase check. */
   phase?: MachinePhase;
 }

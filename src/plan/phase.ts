@@ -112,8 +112,8 @@ export function meanPhase(phases: readonly MachinePhase[]): MachinePhase {
 
 /**
  * `m` at phase `p`: every compute rate (memory bandwidth, kernels, working sets, shapes) times
- * p.memory, every fixed CPU cost (the decoders' and attention's calibration, messages) divided
- * by it, every read rate times p.reads. One ratio for all of a side: the check measures one point
+ * p.memory, every time (the models' dense steps, the decoders' and attention's calibration,
+ * messages) divided by it, every read rate times p.reads. One ratio for all of a side: the check measures one point
  * of each, at the model's working set, and a phase moves the machine as a whole.
  */
 export function atPhase(m: MachineBounds, p: MachinePhase): MachineBounds {
@@ -129,6 +129,7 @@ export function atPhase(m: MachineBounds, p: MachinePhase): MachineBounds {
     messages: m.messages && { postMessageUs: slow(m.messages.postMessageUs), atomicsUs: slow(m.messages.atomicsUs) },
     decoders: decoders as MachineBounds["decoders"],
     attention: m.attention && { ...m.attention, headPositionNs: slow(m.attention.headPositionNs) },
+    denseSteps: m.denseSteps?.map((d) => ({ ...d, attentionUs: slow(d.attentionUs), outputUs: slow(d.outputUs) })),
     disk: m.disk && {
       ...m.disk,
       sequentialGBps: m.disk.sequentialGBps * p.reads,

@@ -1,14 +1,16 @@
 // The planner's model of one decode token's time, from the bytes and reads each step needs and
-// the rates this machine measured (`neuronpipe probe`): no timing of the model itself.
+// the rates this machine measured (`neuronpipe probe`); of the model itself only its dense
+// matvecs are timed, on copies of its matrix shapes (dense-steps.ts, once per shape set).
 //
-//   attention   n_layer × attention weights ÷ matvec rate of their type, + the KV cache ÷ memory,
+//   attention   n_layer × attention weights: their matvecs as timed for these shapes (else ÷ the
+//               matvec rate of their type), + the KV cache ÷ memory,
 //               + n_layer × heads × positions × the calibrated cost of a head at a position
 //   predictor   predictor weights ÷ matvec rate (linear: Q8_0; mlp: F32); with reads ahead
 //               (inline) also a pass for a layer ahead, the gate rows of its flagged neurons not
 //               resident, and the decoder's calibrated cost per flagged neuron looked ahead
 //   gate        flagged neurons × gate row ÷ gather rate (oracle: every gate row ÷ matvec rate)
 //   up/down     fired neurons × (up row ÷ gather rate + down column ÷ axpy rate)
-//   output      output norm + classifier ÷ matvec rate
+//   output      the classifier's matvec as timed (else output norm + classifier ÷ matvec rate)
 //   (each rate at the working set of the weights the token touches: the probe's Q4_0 matvec by
 //   working set scales its kernel table, measured over 128 MiB — on this VM 9 MiB read at ~70
 //   GB/s and 1.4 GiB at ~41; and each step's calls and rows cost what the probe's matvec by
@@ -36,6 +38,7 @@ import type { DecoderCalibration, KernelRate, MachineBounds } from "./machine.js
 import type { Pack } from "../sparse/pack/format.js";
 import type { MemoryPlan } from "../sparse/memory-plan.js";
 import { forecastCache, type ProfileRates } from "./cache-model.js";
+import { denseShapes, type DenseShapes } from "./dense-steps.js";
 import { callCosts, gatherTableCall, kernelRate, MATVEC_TABLE_CALL, readRate, shapeFactor, type CallShape } from "./rates.js";
 
 export type PlannedDecoder = "inline" | "pipeline" | "blocking";
@@ -98,6 +101,8 @@ export interface ModelShape {
   outputType: number;
   predictorType: number;
   rates: ProfileRates;
+  /** The dense matrices (attention, classifier) whose time machine.json's `denseSteps` may hold. */
+  dense?: DenseShapes;
 }
 
 export function modelShape(pack: Pack, costs: StepCosts, rates: ProfileRates): ModelShape {
@@ -110,6 +115,7 @@ export function modelShape(pack: Pack, costs: StepCosts, rates: ProfileRates): M
     outputType: f.tensorsByName.has("output.weight") ? t("output.weight") : t("token_embd.weight"),
     predictorType: pack.predictor?.[0]?.type ?? 0,
     rates,
+    dense: denseShapes(f, pack.config.nLayer),
   };
 }
 
@@ -144,8 +150,10 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   /** µs of `bytes` at `GBps`, and of its rows and calls beyond them against the kernel table's call `reference` (rows unknown: its bytes only). */
   const kernel = (bytes: number, GBps: number, rows: number | undefined, calls: number, reference: CallShape) =>
     us(bytes, GBps) * (rows === undefined ? 1 : shapeFactor(cc, { bytes, rows, calls }, reference));
+  // the model's own dense matvecs as timed on this machine, else from the kernel table
+  const dense = s.dense && m.denseSteps?.find((d) => d.key === s.dense!.key && d.threads === o.threads);
   const attention =
-    kernel(nLayer * costs.attentionBytes, mv(s.attentionType), costs.attentionRows ? nLayer * costs.attentionRows : undefined, 4 * nLayer, MATVEC_TABLE_CALL) +
+    (dense ? dense.attentionUs : kernel(nLayer * costs.attentionBytes, mv(s.attentionType), costs.attentionRows ? nLayer * costs.attentionRows : undefined, 4 * nLayer, MATVEC_TABLE_CALL)) +
     us(nLayer * costs.kvBytesPerPosition * positions, memGBps) +
     (nLayer * (costs.attentionHeads ?? 0) * positions * (m.attention?.headPositionNs ?? 0)) / 1e3;
   // the predictor's short rows go through a blocked kernel whose cost per row the probe does not
@@ -157,7 +165,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   const upDown =
     kernel(fired * pack.upBytes, rate(pack.upType, "gather"), fired, nLayer, gatherTableCall(pack.upType)) +
     kernel(fired * pack.downBytes, rate(pack.downType, "axpy"), fired, nLayer, gatherTableCall(pack.downType));
-  const output = kernel(costs.outputBytes, mv(s.outputType), costs.outputRows || undefined, 1, MATVEC_TABLE_CALL);
+  const output = dense ? dense.outputUs : kernel(costs.outputBytes, mv(s.outputType), costs.outputRows || undefined, 1, MATVEC_TABLE_CALL);
   const cal: DecoderCalibration = m.decoders?.[o.decoder] ?? UNCALIBRATED[o.decoder];
   const host = nLayer * cal.layerUs + (flagged * cal.neuronNs) / 1e3;
   // reads: the cache model's misses, a request each

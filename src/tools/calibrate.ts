@@ -19,7 +19,8 @@ import { packPlannerInput, sparsePlanOptions } from "../decode/planned.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../sparse/memory-plan.js";
 import { openPack } from "../sparse/pack/open.js";
 import { writePack } from "../sparse/pack/write.js";
-import { DECODER_COSTS, type AttentionCalibration, type CalibrationRun, type DecoderCalibration, type DecoderCost, type MachineBounds } from "../plan/machine.js";
+import { denseShapes, timeDenseSteps } from "../plan/dense-steps.js";
+import { DECODER_COSTS, type AttentionCalibration, type CalibrationRun, type DecoderCalibration, type DecoderCost, type DenseStepRate, type MachineBounds } from "../plan/machine.js";
 import { nonNegativeLeastSquares } from "../plan/least-squares.js";
 import { tokenTime } from "../plan/time-model.js";
 import { shippedFile } from "../util/package-files.js";
@@ -95,6 +96,9 @@ export async function calibrateDecoders(
   const wanted = new Map<string, { run: Run; what: string }>();
   await fit(m, path, async (run, what) => (wanted.set(JSON.stringify(run), { run, what }), 1));
   const times = new Map<string, number[]>();
+  const calibrated = openPack(path);
+  const shapes = denseShapes(calibrated.file, calibrated.config.nLayer);
+  const dense: DenseStepRate[] = [];
   const total = wanted.size * (rounds + 1);
   let done = 0;
   for (let round = 0; round <= rounds; round++) {
@@ -103,15 +107,24 @@ export async function calibrateDecoders(
       const us = await decodeUs(path, run);
       if (round > 0) times.set(key, [...(times.get(key) ?? []), us]);
     }
-    if (round > 0) afterRound?.();
+    if (round > 0) {
+      afterRound?.();
+      if (shapes) dense.push(timeDenseSteps(m, shapes));
+    }
   }
   const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1]!;
-  return fit(m, path, async (run) => median(times.get(JSON.stringify(run))!));
+  // the shipped model's dense steps, each the median of the rounds' timings: the fit models the
+  // runs with them, as the planner will
+  const denseSteps = shapes && { ...dense[0]!, attentionUs: median(dense.map((d) => d.attentionUs)), outputUs: median(dense.map((d) => d.outputUs)) };
+  const mFit = denseSteps ? { ...m, denseSteps: [...(m.denseSteps ?? []).filter((d) => d.key !== denseSteps.key || d.threads !== denseSteps.threads), denseSteps] } : m;
+  return { ...(await fit(mFit, path, async (run) => median(times.get(JSON.stringify(run))!))), denseSteps };
 }
 
 export interface Calibration {
   decoders: NonNullable<MachineBounds["decoders"]>;
   attention: AttentionCalibration;
+  /** The shipped model's dense steps as timed over the rounds (undefined: a model without them). */
+  denseSteps?: DenseStepRate;
 }
 
 /** The fit from measured µs per token of each run (`measure`): attention over positions first, then each decoder with it. */

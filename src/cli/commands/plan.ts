@@ -56,7 +56,7 @@ export const plan: Command = {
       }
     }
     const pack = openPack(path);
-    let m = machineForPlan(path);
+    let m = machineForPlan(path, pack);
     if (v.phase) {
       const meter = new PhaseMeter(m, statSync(path).size);
       try {

@@ -1,0 +1,124 @@
+// The dense steps the planner times (plan/dense-steps.ts) against independent references: the
+// shapes read from the shipped model by hand, the timing against the same matvecs run by this test
+// on the model's real weights (its file mapped), the time model against a hand computation with
+// a machine whose dense steps the test sets, and the cache against the file it writes.
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { packPlannerInput, withDenseSteps } from "../../src/decode/planned.js";
+import { readGGUF } from "../../src/gguf/reader.js";
+import { denseShapes, measureDenseSteps } from "../../src/plan/dense-steps.js";
+import { machineIdentity, type MachineBounds } from "../../src/plan/machine.js";
+import { tokenTime } from "../../src/plan/time-model.js";
+import { native } from "../../src/native.js";
+import { planMemory } from "../../src/sparse/memory-plan.js";
+import { openPack } from "../../src/sparse/pack/open.js";
+import { defaultModel, scratchDefaultPack } from "../helpers/default-pack.js";
+
+const { packPath } = scratchDefaultPack("np-dense-");
+const scratch = mkdtempSync(join(tmpdir(), "np-dense-cache-"));
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+/** The shipped model's shapes, read off its tensors by hand (llama.cpp's names; ne = [cols, rows]): 6 layers, 256 wide, 8 heads of 32 with 4 KV heads, a 4096-token vocabulary, F32. */
+const SHIPPED_KEY = "6 × (F32 256×256, F32 128×256, F32 128×256, F32 256×256); F32 4096×256";
+
+/** A machine whose rates the test sets (as test/plan/planner.test.ts's). */
+function machine(): MachineBounds {
+  const types = ["F32", "F16", "Q8_0", "Q4_0"] as const;
+  return {
+    version: 2,
+    measuredAt: "2026-01-01T00:00:00.000Z",
+    ...machineIdentity(),
+    memory: [
+      { threads: 1, readGBps: 20 },
+      { threads: 2, readGBps: 40 },
+    ],
+    kernels: types.flatMap((type) => (["matvec", "gather", "axpy"] as const).map((kernel) => ({ type, kernel, threads: 2, GBps: 10 }))),
+    decoders: { inline: { layerUs: 10, neuronNs: 0, requestUs: 0 }, pipeline: { layerUs: 10, neuronNs: 0, requestUs: 0 }, blocking: { layerUs: 10, neuronNs: 0, requestUs: 0 } },
+  };
+}
+
+describe("dense steps", () => {
+  it("the shapes of the shipped model and of its pack: the same key, as read by hand", () => {
+    const plain = denseShapes(readGGUF(defaultModel), 6)!;
+    const pack = openPack(packPath);
+    expect(plain.key).toBe(SHIPPED_KEY);
+    expect(denseShapes(pack.file, pack.config.nLayer)!.key).toBe(SHIPPED_KEY);
+    expect(plain.attention.map((m) => [m.rows, m.cols])).toEqual([
+      [256, 256],
+      [128, 256],
+      [128, 256],
+      [256, 256],
+    ]);
+  });
+
+  it("timed on copies of the shapes, as long as the same matvecs on the model's real weights take (within this machine's noise)", () => {
+    const file = readGGUF(defaultModel);
+    const shapes = denseShapes(file, 6)!;
+    const n = native();
+    const mapped = n.mapFile(defaultModel);
+    const x = n.alloc(4096 * 4);
+    const y = n.alloc(4096 * 4);
+    const reference: number[] = [];
+    try {
+      n.fillUniform(x, 0, 4096, 5n, 1);
+      const names = ["attn_q", "attn_k", "attn_v", "attn_output"];
+      const pass = () => {
+        for (let l = 0; l < 6; l++)
+          for (const name of names) {
+            const t = file.tensorsByName.get(`blk.${l}.${name}.weight`)!;
+            n.matvec(t.type, mapped.id, t.offset, t.ne[1]!, t.ne[0]!, x, 0, y, 0);
+          }
+      };
+      for (let i = 0; i < 200; i++) pass();
+      for (let k = 0; k < 301; k++) {
+        const t0 = performance.now();
+        pass();
+        reference.push((performance.now() - t0) * 1000);
+      }
+    } finally {
+      for (const id of [mapped.id, x, y]) n.free(id);
+    }
+    const median = [...reference].sort((a, b) => a - b)[150]!;
+    const timed = measureDenseSteps(shapes, 0.3);
+    expect(timed.key).toBe(SHIPPED_KEY);
+    expect(timed.threads).toBe(n.getThreads());
+    // the same 24 calls on the same shapes: equal but for noise (a bytes model said 3.6× this)
+    expect(timed.attentionUs / median).toBeGreaterThan(0.6);
+    expect(timed.attentionUs / median).toBeLessThan(1.6);
+    expect(timed.outputUs).toBeGreaterThan(0);
+  });
+
+  it("the time model takes the timed steps for the shapes and threads they were timed on, else its kernel rates", () => {
+    const pack = openPack(packPath);
+    const inp = packPlannerInput(pack, { contextSize: 128 });
+    const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, inp.optionsFor("inline", Number.MAX_SAFE_INTEGER, { pinGates: false, hotShare: 0.75, clusterSize: 32 }));
+    const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 } as const;
+    const m = { ...machine(), denseSteps: [{ key: SHIPPED_KEY, threads: 2, attentionUs: 1000, outputUs: 500, measuredAt: "then" }] };
+    const t = tokenTime(inp.shape, mem, m, o);
+    // by hand: the timed matvecs + the KV cache of 10 positions at 40 GB/s (no head cost calibrated)
+    const kv = (6 * inp.shape.costs.kvBytesPerPosition * 10) / (40 * 1e3);
+    expect(t.attention).toBeCloseTo(1000 + kv, 9);
+    expect(t.output).toBe(500);
+    const untimed = tokenTime(inp.shape, mem, machine(), o);
+    const oneThread = tokenTime(inp.shape, mem, m, { ...o, threads: 1 });
+    expect(untimed.attention).not.toBeCloseTo(t.attention, 0);
+    expect(oneThread.output).not.toBe(500); // timed on 2 threads: not used for 1
+    const otherKey = { ...machine(), denseSteps: [{ ...m.denseSteps[0]!, key: "6 × (F16 256×256, …)" }] };
+    expect(tokenTime(inp.shape, mem, otherKey, o).output).toBeCloseTo(untimed.output, 9);
+  });
+
+  it("timed once per shape set and thread count: the cache holds it and the next plan reuses it", () => {
+    const cache = join(scratch, "machine.json");
+    const pack = openPack(packPath);
+    const first = withDenseSteps(machine(), pack.file, cache);
+    const kept = JSON.parse(readFileSync(cache, "utf8")) as MachineBounds;
+    expect(kept.denseSteps).toHaveLength(1);
+    expect(kept.denseSteps![0]!.key).toBe(SHIPPED_KEY);
+    expect(kept.denseSteps![0]!.attentionUs).toBe(first.denseSteps![0]!.attentionUs);
+    // no working-set rates in the test machine: the µs as timed, no phase scaling
+    const again = withDenseSteps(kept, readGGUF(defaultModel), cache); // the plain model: the same shapes
+    expect(again).toBe(kept); // nothing timed, nothing written
+  });
+});
