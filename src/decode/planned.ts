@@ -9,9 +9,8 @@ import { readPlanFile } from "../plan/plan-file.js";
 import { makePlan, plannerInput, type ExecutionPlan, type PlanKnobs, type PlannerInput } from "../plan/planner.js";
 import { measureKernels, measureReadRates } from "../plan/probe.js";
 import { denseShapes, timeDenseSteps } from "../plan/dense-steps.js";
-import type { GGUFFile } from "../gguf/reader.js";
+import { readGGUF, type GGUFFile } from "../gguf/reader.js";
 import { readConfig } from "../model/config.js";
-import { openPack } from "../sparse/pack/open.js";
 import { planOptions, type PlanOptions } from "../sparse/memory-plan.js";
 import type { Pack } from "../sparse/pack/format.js";
 import type { DecoderKind } from "./decoder.js";
@@ -34,21 +33,21 @@ export function packPlannerInput(pack: Pack, o: OpenOptions): PlannerInput {
 }
 
 /**
- * This host's probe: the cached one, else a brief one now (memory, the pack's storage, kernels;
- * ~5 s, kept for the next load), with the pack's dense steps timed (dense-steps.ts: the first
+ * This host's probe: the cached one, else a brief one now (memory, the model's storage, kernels;
+ * ~5 s, kept for the next load), with the model's dense steps timed (dense-steps.ts: the first
  * plan of a model shape on this machine, ~0.5 s for the shipped model, ~2 s for a 7B; kept with
  * the probe). Decoder costs are calibrated only by `neuronpipe probe`; until then the planner
  * uses the reference machine's (time-model.ts, UNCALIBRATED).
  */
-export function machineForPlan(packPath: string, pack?: Pack): MachineBounds {
+export function machineForPlan(modelPath: string, pack?: Pack): MachineBounds {
   let m = cachedMachine();
   if (!m) {
-    m = measureBounds(packPath);
+    m = measureBounds(modelPath);
     if (m.disk) m.disk.rates = measureReadRates(m.disk.path, 0.03);
     m.kernels = measureKernels(0.03);
     keepMachine(m, machineCachePath());
   }
-  return withDenseSteps(m, (pack ?? openPack(packPath)).file, machineCachePath());
+  return withDenseSteps(m, pack?.file ?? readGGUF(modelPath), machineCachePath());
 }
 
 /** `m` with the dense steps of the model in `file` timed on the pool's threads (once: kept in the probe's cache at `cachePath`). */

@@ -10,7 +10,7 @@
 import { existsSync } from "node:fs";
 import { GGMLType, native } from "../native.js";
 import type { MachineBounds, MachinePhase } from "./machine.js";
-import { measureReadRates } from "./probe.js";
+import { measureReadRates, rate } from "./probe.js";
 import { kernelRate } from "./rates.js";
 
 /** Working sets above this are measured at the largest probe point below it: beyond the last-level cache they read alike (this VM: 528 MiB at 37.8 GB/s, 1.4 GiB at 35.9) and a check should not take a model's worth of memory. */
@@ -64,6 +64,9 @@ export class PhaseMeter {
       n.fillUniform(this.x, 0, cols, 2n, 1);
       for (let r = 0; r < cols; r += 64) n.quantize(t, src, 0, this.matrices, r * n.rowBytes(t, cols), 64, cols);
       for (let i = 1; i < this.count; i++) n.copy(this.matrices, i * this.matrixBytes, this.matrices, 0, this.matrixBytes);
+    } catch (e) {
+      this.dispose();
+      throw e;
     } finally {
       n.free(src);
     }
@@ -79,15 +82,7 @@ export class PhaseMeter {
     // warm for a third of the time, not counted: a fresh process's first tenth of a second reads
     // ~25% slower (page faults, the kernel threads waking)
     for (const w = performance.now(); performance.now() - w < (seconds * 1000) / 3; ) pass();
-    let passes = 0;
-    const t0 = performance.now();
-    let ms = 0;
-    while (ms < seconds * 1000) {
-      pass();
-      passes++;
-      ms = performance.now() - t0;
-    }
-    const GBps = (passes * count * matrixBytes) / (ms / 1000) / 1e9;
+    const GBps = (rate(pass, seconds) * count * matrixBytes) / 1e9;
     let reads = 1;
     const file = this.m.disk?.path;
     if (file && this.probedReads && existsSync(file)) {

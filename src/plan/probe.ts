@@ -19,8 +19,8 @@ export interface ProbeOptions {
   onProgress?: (done: number, total: number, what: string) => void;
 }
 
-/** Repeat `fn` for about `seconds`; calls per second. */
-function rate(fn: () => void, seconds: number): number {
+/** Repeat `fn` for about `seconds` (after one call not counted); calls per second. */
+export function rate(fn: () => void, seconds: number): number {
   fn();
   let n = 0;
   const t0 = performance.now();

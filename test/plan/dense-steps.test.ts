@@ -15,6 +15,7 @@ import { native } from "../../src/native.js";
 import { planMemory } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { defaultModel, scratchDefaultPack } from "../helpers/default-pack.js";
+import { fakeMachine } from "../helpers/fake-machine.js";
 
 const { packPath } = scratchDefaultPack("np-dense-");
 const scratch = mkdtempSync(join(tmpdir(), "np-dense-cache-"));
@@ -23,21 +24,8 @@ afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 /** The shipped model's shapes, read off its tensors by hand (llama.cpp's names; ne = [cols, rows]): 6 layers, 256 wide, 8 heads of 32 with 4 KV heads, a 4096-token vocabulary, F32. */
 const SHIPPED_KEY = "6 × (F32 256×256, F32 128×256, F32 128×256, F32 256×256); F32 4096×256";
 
-/** A machine whose rates the test sets (as test/plan/planner.test.ts's). */
-function machine(): MachineBounds {
-  const types = ["F32", "F16", "Q8_0", "Q4_0"] as const;
-  return {
-    version: 2,
-    measuredAt: "2026-01-01T00:00:00.000Z",
-    ...machineIdentity(),
-    memory: [
-      { threads: 1, readGBps: 20 },
-      { threads: 2, readGBps: 40 },
-    ],
-    kernels: types.flatMap((type) => (["matvec", "gather", "axpy"] as const).map((kernel) => ({ type, kernel, threads: 2, GBps: 10 }))),
-    decoders: { inline: { layerUs: 10, neuronNs: 0, requestUs: 0 }, pipeline: { layerUs: 10, neuronNs: 0, requestUs: 0 }, blocking: { layerUs: 10, neuronNs: 0, requestUs: 0 } },
-  };
-}
+/** The planner tests' machine as this host's (no working-set rates: the dense steps are kept as timed). */
+const machine = (): MachineBounds => ({ ...fakeMachine(), ...machineIdentity() });
 
 describe("dense steps", () => {
   it("the shapes of the shipped model and of its pack: the same key, as read by hand", () => {
