@@ -15,50 +15,32 @@ import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/
 import { openPack } from "../../src/sparse/pack/open.js";
 import { runCli } from "../helpers/cli.js";
 import { scratchDefaultPack } from "../helpers/default-pack.js";
+import { fakeMachine } from "../helpers/fake-machine.js";
 
 const { dir, packPath } = scratchDefaultPack("np-phase-");
 
-/** A machine whose every rate the test sets (as test/plan/planner.test.ts's), with a cost per layer, per neuron, per batch and per read. */
+/** The planner tests' machine, with a cost per layer, per neuron, per batch and per read, working-set rates and a head cost (its probe file "/x" does not exist). */
 function machine(): MachineBounds {
-  const types = ["F32", "F16", "Q8_0", "Q4_0"] as const;
   const cal = { layerUs: 10, neuronNs: 3, batchUs: 20, requestUs: 2 };
   return {
-    version: 2,
-    measuredAt: "2026-01-01T00:00:00.000Z",
-    host: "test",
-    cpu: "test ×2",
-    memory: [
-      { threads: 1, readGBps: 20 },
-      { threads: 2, readGBps: 40 },
-    ],
-    disk: {
-      path: "/nonexistent/probe-file",
-      backend: "pread",
-      directIO: true,
-      sequentialGBps: 1,
-      random4kIops: 80_000,
-      queueDepth: 32,
-      rates: [4096, 8192, 16384, 65536].flatMap((blockBytes) => [1, 8, 32, 128].map((queueDepth) => ({ kind: "random" as const, blockBytes, queueDepth, readsPerSecond: queueDepth === 1 ? 10_000 : 80_000, GBps: 0 }))),
-    },
-    kernels: types.flatMap((type) => (["matvec", "gather", "axpy"] as const).map((kernel) => ({ type, kernel, threads: 2, GBps: 10 }))),
+    ...fakeMachine({ inline: cal, pipeline: cal, blocking: cal }),
     workingSets: [
       { bytes: 9437184, GBps: 12 },
       { bytes: 132120576, GBps: 10 },
     ],
-    messages: { postMessageUs: 50, atomicsUs: 50 },
-    decoders: { inline: cal, pipeline: cal, blocking: cal },
     attention: { headPositionNs: 40, runs: [] },
   };
 }
 
 describe("machine phase", () => {
-  const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 60, window: 5 } as const;
+  // blocking: its cost per read adds to the reads' device time (inline's hides under it)
+  const o = { decoder: "blocking", threads: 2, queueDepth: 32, readAhead: false, position: 60, window: 5 } as const;
   /** The default pack's shape, and its memory plan at a quarter of the FFN (the pack is written before the tests). */
   const quarterOfTheFfn = () => {
     const pack = openPack(packPath);
     const inp = packPlannerInput(pack, { contextSize: 128 });
     const quarter = budgetForFfnFraction(pack, 0.25, planOptions(pack.config, { contextSize: 128 }));
-    return { inp, mem: planMemory(pack, quarter, inp.optionsFor("inline", quarter, { pinGates: false, hotShare: 0.75, clusterSize: 32 })) };
+    return { inp, mem: planMemory(pack, quarter, inp.optionsFor("blocking", quarter, { pinGates: false, hotShare: 0.75, clusterSize: 32 })) };
   };
   const phase = (memory: number, reads: number) => ({ memory, reads, workingSet: 2 ** 25, measuredAt: "now" });
 

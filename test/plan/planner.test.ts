@@ -18,38 +18,12 @@ import { AHEAD_EXTRA_READS, AHEAD_SHARE, tokenTime } from "../../src/plan/time-m
 import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { runCli } from "../helpers/cli.js";
+import { fakeMachine } from "../helpers/fake-machine.js";
 import { countedReads } from "../helpers/counted-reads.js";
 import { defaultModel, scratchDefaultPack } from "../helpers/default-pack.js";
 
 const { dir, packPath } = scratchDefaultPack("np-plan-");
 const ctx = 128;
-
-/** A machine whose every rate the test sets: memory 20 GB/s on 1 thread and 40 on 2, each kernel 10 GB/s per type on 2 threads, 4 KiB..64 KiB random reads at 10K/s at depth 1 and 80K/s from depth 8 on. */
-function fakeMachine(decoders?: MachineBounds["decoders"]): MachineBounds {
-  const types = ["F32", "F16", "Q8_0", "Q4_0"] as const;
-  return {
-    version: 2,
-    measuredAt: "2026-01-01T00:00:00.000Z",
-    host: "test",
-    cpu: "test ×2",
-    memory: [
-      { threads: 1, readGBps: 20 },
-      { threads: 2, readGBps: 40 },
-    ],
-    disk: {
-      path: "/x",
-      backend: "pread",
-      directIO: true,
-      sequentialGBps: 1,
-      random4kIops: 80_000,
-      queueDepth: 32,
-      rates: [4096, 8192, 16384, 65536].flatMap((blockBytes) => [1, 8, 32, 128].map((queueDepth) => ({ kind: "random" as const, blockBytes, queueDepth, readsPerSecond: queueDepth === 1 ? 10_000 : 80_000, GBps: 0 }))),
-    },
-    kernels: types.flatMap((type) => (["matvec", "gather", "axpy"] as const).map((kernel) => ({ type, kernel, threads: 2, GBps: 10 }))),
-    messages: { postMessageUs: 50, atomicsUs: 50 },
-    decoders: decoders ?? { inline: { layerUs: 10, neuronNs: 0, requestUs: 0 }, pipeline: { layerUs: 200, neuronNs: 0, requestUs: 0 }, blocking: { layerUs: 200, neuronNs: 0, requestUs: 0 } },
-  };
-}
 
 function rates(fire: number[], flagRatio = 1): ProfileRates {
   return { nLayer: 1, nFF: fire.length, fire: Float32Array.from(fire), flagRatio: Float32Array.of(flagRatio), firedPerToken: fire.reduce((a, b) => a + b, 0), flaggedPerToken: fire.reduce((a, b) => a + Math.min(1, b * flagRatio), 0), oracle: false };
@@ -191,6 +165,30 @@ describe("cache model: false positives as the trainer measured them", () => {
 });
 
 describe("time model", () => {
+  it("a read's own cost: inline's hides under its batch's device time and shows beyond it; blocking's adds to it", () => {
+    const inp = input();
+    const { pack } = inp;
+    const quarter = budgetForFfnFraction(pack, 0.25, planOptions(pack.config, { contextSize: ctx }));
+    const o = { threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 } as const;
+    for (const decoder of ["inline", "blocking"] as const) {
+      const mem = planMemory(pack, quarter, inp.optionsFor(decoder, quarter, { pinGates: false, hotShare: 0.75, clusterSize: 32 }));
+      const at = (requestUs: number) => tokenTime(inp.shape, mem, fakeMachine({ [decoder]: { layerUs: 10, neuronNs: 0, batchUs: 7, requestUs } }), { ...o, decoder });
+      const [none, small, huge] = [at(0), at(0.001), at(1e6)];
+      expect(none.readsPerToken).toBeGreaterThan(10);
+      // no cost per read: the device time and the batches' cost
+      expect(none.reads).toBeCloseTo(none.readThroughputUs + 7 * none.readBatches, 6);
+      if (decoder === "inline") {
+        // a cost far below a read's device time (the test machine: ≥ 12.5 µs): hidden
+        expect(small.reads).toBeCloseTo(none.reads, 9);
+        // a cost far above it: every batch takes its requests' cost, the device time hidden under it
+        expect(huge.reads / (7 * huge.readBatches + 1e6 * huge.readsPerToken)).toBeCloseTo(1, 5);
+      } else {
+        expect(small.reads - none.reads).toBeCloseTo(0.001 * none.readsPerToken, 6);
+        expect(huge.reads / (none.reads + 1e6 * huge.readsPerToken)).toBeCloseTo(1, 5);
+      }
+    }
+  });
+
   it("everything resident: the hand computation from the test machine's rates", () => {
     const inp = input();
     const { pack, costs } = { pack: inp.pack, costs: inp.shape.costs };
@@ -392,6 +390,24 @@ describe("planner", () => {
     // the same knobs at depth 32: the same time (80K reads/s at both depths in this machine)
     const at32 = makePlan(inp, m, limits, { ...p.knobs, queueDepth: 32 });
     expect(at32.predicted.total).toBeCloseTo(p.predicted.total, 6);
+  });
+
+  it("a decoder is chosen over a simpler one only when predicted more than 5% faster: blocking set 3% faster than inline's best gets inline, 10% faster gets blocking", () => {
+    const inp = input();
+    const limits = { cores: 2, contextSize: ctx, memory: budgetForFfnFraction(inp.pack, 0.25, planOptions(inp.pack.config, { contextSize: ctx })) };
+    const nLayer = inp.pack.config.nLayer;
+    const cal = (blockingLayerUs: number) => ({ inline: { layerUs: 10, neuronNs: 0, requestUs: 0 }, pipeline: { layerUs: 5000, neuronNs: 0, requestUs: 0 }, blocking: { layerUs: blockingLayerUs, neuronNs: 0, requestUs: 0 } });
+    const inline = makePlan(inp, fakeMachine(cal(10)), limits, { decoder: "inline" }).predicted.total;
+    const blocking0 = makePlan(inp, fakeMachine(cal(0)), limits, { decoder: "blocking" }).predicted.total;
+    // blocking's token is its time at no cost per layer + n_layer × its cost per layer: set it to a share of inline's
+    const at = (share: number) => fakeMachine(cal((share * inline - blocking0) / nLayer));
+    expect(0.97 * inline).toBeGreaterThan(blocking0); // reachable with a cost ≥ 0
+    const close = makePlan(inp, at(0.97), limits);
+    expect(makePlan(inp, at(0.97), limits, { decoder: "blocking" }).predicted.total / inline).toBeCloseTo(0.97, 9);
+    expect(close.knobs.decoder).toBe("inline");
+    const far = makePlan(inp, at(0.9), limits);
+    expect(far.knobs.decoder).toBe("blocking");
+    expect(far.predicted.total / inline).toBeCloseTo(0.9, 9);
   });
 
   it("predicted reads per token within 25% of a decode's measured reads at three budgets (default model, trained predictor)", async () => {
