@@ -100,10 +100,10 @@ function phaseMeter(path) {
 
 /**
  * Median decode tok/s of `reps` sampled generations after a warm-up, the plan the model was
- * loaded with, and its prediction at the timed tokens' mean position: from the probe alone
- * (`predictedProbe`) and at the machine's phase, checked just before the model is loaded and just
- * after it is closed (`predicted`, `phase`: this VM's speed moves by 20–30% between hours, and
- * the check is part of the prediction, as the probe is).
+ * loaded with, and its prediction at the timed tokens' mean position: from the probe
+ * (`predicted`, what `plan` says) and at the machine's phase checked just before the model is
+ * loaded and just after it is closed (`predictedAtPhase`, `phase`: what `plan --phase` would
+ * say; this VM's speed moves by 20–30% between hours).
  */
 async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
   const meter = phaseMeter(path);
@@ -126,7 +126,7 @@ async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
   const position = promptLength + (tokens - 2) / 2;
   const predict = (machine) => p && planner.makePlan(packPlannerInput(np.openPack(path), { contextSize: ctx }), machine, { memory: p.limits.memory ?? undefined, cores: p.limits.cores, contextSize: ctx, position }, p.knobs).predicted;
   const probe = machineForPlan(path);
-  const atMean = predict(atPhase(probe, phase));
+  const atMean = predict(probe);
   return {
     tokPerSec: median(runs),
     runs: [...runs].sort((a, b) => a - b),
@@ -138,7 +138,7 @@ async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
     predictedReads: atMean?.readsPerToken,
     bottleneck: atMean?.bottleneck,
     phase,
-    predictedProbe: predict(probe)?.tokPerSec,
+    predictedAtPhase: predict(atPhase(probe, phase))?.tokPerSec,
     predictedAtPlanPosition: p?.predicted.tokPerSec,
   };
 }
@@ -218,13 +218,13 @@ async function fractionRounds(name, path, o) {
     const spread = [sorted[Math.floor((rounds - 1) / 4)].tokPerSec / r.tokPerSec - 1, sorted[Math.ceil((3 * (rounds - 1)) / 4)].tokPerSec / r.tokPerSec - 1];
     const digits = r.tokPerSec < 100 ? 2 : 1;
     const pct = (x) => `${x >= 0 ? "+" : ""}${(100 * x).toFixed(0)}%`;
-    // each round is predicted at its own phase: the error is the median of the rounds' errors;
-    // errorProbe is the probe's prediction alone against the median round
-    const errors = runs[i].map((x) => x.predicted / x.tokPerSec - 1);
-    const error = median(errors);
-    const errorProbe = r.predictedProbe / r.tokPerSec - 1;
-    log(`${name}, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(digits)} tok/s (median of ${rounds} rounds: ${runs[i].map((x) => x.tokPerSec.toFixed(digits)).join(", ")}; quartiles ${pct(spread[0])} / ${pct(spread[1])}); predicted at each round's phase: ${pct(error)} (rounds ${errors.map(pct).join(", ")}; phases ${runs[i].map((x) => x.phase.memory.toFixed(2)).join(", ")}); from the probe alone ${r.predictedProbe.toFixed(digits)} (${pct(errorProbe)}); reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
-    return { ffn: f, budget: budgets[i] ?? null, ...r, rounds: runs[i].map((x) => x.tokPerSec), phases: runs[i].map((x) => x.phase), errors, spread, error, errorProbe };
+    // the error: the probe's prediction (what `plan` says) against the median round; beside it,
+    // each round predicted at its own phase check (`plan --phase`), the median of those errors
+    const error = r.predicted / r.tokPerSec - 1;
+    const errorsAtPhase = runs[i].map((x) => x.predictedAtPhase / x.tokPerSec - 1);
+    const errorAtPhase = median(errorsAtPhase);
+    log(`${name}, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(digits)} tok/s (median of ${rounds} rounds: ${runs[i].map((x) => x.tokPerSec.toFixed(digits)).join(", ")}; quartiles ${pct(spread[0])} / ${pct(spread[1])}), predicted ${r.predicted.toFixed(digits)} (${pct(error)}); at each round's phase ${pct(errorAtPhase)} (rounds ${errorsAtPhase.map(pct).join(", ")}; phases ${runs[i].map((x) => x.phase.memory.toFixed(2)).join(", ")}); reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
+    return { ffn: f, budget: budgets[i] ?? null, ...r, rounds: runs[i].map((x) => x.tokPerSec), phases: runs[i].map((x) => x.phase), spread, error, errorAtPhase, errorsAtPhase };
   });
 }
 
@@ -277,18 +277,20 @@ if (defaultAll || parts.has("default-fractions")) {
     const limits = { cores: np.native().getThreads(), contextSize: o.ctx };
     const top = planner.makePlan(inp, m, limits);
     const target = Math.round(top.predicted.tokPerSec / 4);
-    // as `plan --min-speed T --phase` answers it: at the machine's phase checked just before; the
-    // budget measured in 3 rounds (median), each named again at its own check
+    // the budget `plan --min-speed T` names, and the one `plan --min-speed T --phase` names at a
+    // check just before: each measured in 3 rounds, alternately (median)
+    const named = planner.budgetForSpeed(inp, m, limits, target);
     const rounds = [];
     for (let round = 0; round < 3; round++) {
       const phase = phaseMeter(packPath).measure();
-      const named = planner.budgetForSpeed(inp, atPhase(m, phase), limits, target);
-      const run = await measure(packPath, { memory: named.memory.budget }, o);
-      rounds.push({ phase, budget: named.memory.budget, predicted: named.predicted.tokPerSec, measured: run.tokPerSec, reached: run.tokPerSec / target });
+      const atPhaseNamed = planner.budgetForSpeed(inp, atPhase(m, phase), limits, target);
+      const probe = await measure(packPath, { memory: named.memory.budget }, o);
+      const checked = await measure(packPath, { memory: atPhaseNamed.memory.budget }, o);
+      rounds.push({ measured: probe.tokPerSec, phase, budgetAtPhase: atPhaseNamed.memory.budget, measuredAtPhase: checked.tokPerSec });
     }
-    const mid = [...rounds].sort((a, b) => a.reached - b.reached)[1];
-    out.minSpeed = { target, ...mid, rounds };
-    log(`plan --min-speed ${target} --phase: ${rounds.map((r) => `${(r.budget / MiB).toFixed(1)} MiB at phase ${r.phase.memory.toFixed(2)}: ${r.measured.toFixed(1)} tok/s = ${r.reached.toFixed(2)}`).join("; ")} of the target (median ${mid.reached.toFixed(2)})`);
+    const mid = (k) => median(rounds.map((r) => r[k]));
+    out.minSpeed = { target, budget: named.memory.budget, predicted: named.predicted.tokPerSec, measured: mid("measured"), reached: mid("measured") / target, atPhase: { measured: mid("measuredAtPhase"), reached: mid("measuredAtPhase") / target }, rounds };
+    log(`plan --min-speed ${target}: ${(named.memory.budget / MiB).toFixed(1)} MiB, measured there ${out.minSpeed.measured.toFixed(1)} tok/s = ${out.minSpeed.reached.toFixed(2)} of the target (rounds ${rounds.map((r) => r.measured.toFixed(1)).join(", ")}); with --phase: ${rounds.map((r) => `${(r.budgetAtPhase / MiB).toFixed(1)} MiB at phase ${r.phase.memory.toFixed(2)}: ${r.measuredAtPhase.toFixed(1)}`).join("; ")} tok/s (median ${out.minSpeed.atPhase.reached.toFixed(2)} of the target)`);
     out.sweep = planner.sweepPlans(inp, m, limits, 10).map((p) => ({ budget: p.memory.budget, tokPerSec: p.predicted.tokPerSec, decoder: p.knobs.decoder }));
   }
 }
