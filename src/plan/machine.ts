@@ -103,8 +103,8 @@ export interface MessageRates {
  * `probe`: a decoder's own cost per token on this machine, beside its kernels and reads: µs per
  * layer, ns per flagged neuron (cache lookups, chunking, task messages), µs per read batch and per
  * read request beyond the probe's read rates. Fitted on the shipped model's pack from runs with
- * the whole FFN resident (trained predictor, oracle) and with a quarter and a half of it
- * (tools/calibrate.ts): what the kernels and reads of the planner's time model do not explain.
+ * the whole FFN resident (trained predictor, oracle) and with a quarter and a half of it, and more
+ * for inline (tools/calibrate.ts): what the kernels and reads of the planner's time model do not explain.
  */
 export interface DecoderCalibration {
   layerUs: number;

@@ -169,6 +169,10 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
       ...(["trained", "oracle"] as const).map((predictor) => ({ what: `${decoder} decoder, ${predictor} predictor`, predictor, budget: Number.MAX_SAFE_INTEGER, o: { predictor } })),
       ...withReads.map(({ f, budget }) => ({ what: `${decoder} decoder with reads (${100 * f}% resident)`, predictor: "trained" as const, budget, o: { memory: budget } })),
       ...(decoder === "inline" ? [128, 0].map((readAhead) => ({ what: `inline decoder, reads ahead ${readAhead ? "on" : "off"}`, predictor: "trained" as const, budget: Number.MAX_SAFE_INTEGER, o: { pinGates: true, readAhead } })) : []),
+      // and with half the FFN and gate rows not pinned (the default pins them there): twice the
+      // read batches of the pinned run at the same budget, half its reads, so the fit can tell a
+      // batch's cost from a read's
+      ...(decoder === "inline" ? [{ what: "inline decoder with reads, gate rows not pinned (50% resident)", predictor: "trained" as const, budget: withReads[1]!.budget, o: { memory: withReads[1]!.budget, pinGates: false } }] : []),
     ];
     // each run's modelled token without the decoder's costs, and what one unit of each cost adds
     // to it (the time model is linear in them but for the pipeline's overlap, which the unit

@@ -132,7 +132,7 @@ describe("neuronpipe probe", () => {
     for (const [d, c] of Object.entries(b.decoders!)) {
       const costs = DECODER_COSTS.filter((k) => d === "inline" || k !== "aheadNeuronNs");
       const runs = c.runs!;
-      expect(runs.length).toBe(d === "inline" ? 6 : 4);
+      expect(runs.length).toBe(d === "inline" ? 7 : 4);
       // resident inline runs: a µs per layer is 6 µs of the token (6 layers), a ns per flagged neuron flagged/1000 µs
       if (d === "inline") for (const r of [runs[0]!, runs[1]!]) expect([r.perUnit!.layerUs, r.perUnit!.neuronNs * 1e3]).toEqual([expect.closeTo(6, 6), expect.closeTo(r.flagged, 3)]);
       const resid = runs.map((r) => r.measuredUs - r.modelledUs - costs.reduce((a, k) => a + (c[k] ?? 0) * r.perUnit![k], 0));
@@ -146,6 +146,10 @@ describe("neuronpipe probe", () => {
         else expect(g).toBeLessThan(1e-6);
       }
     }
+    // the shipped model's dense steps, timed over the calibration rounds (plan/dense-steps.ts)
+    expect(b.denseSteps?.map((d) => d.key)).toEqual(["6 × (F32 256×256, F32 128×256, F32 128×256, F32 256×256); F32 4096×256"]);
+    expect(b.denseSteps![0]!.attentionUs).toBeGreaterThan(0);
+    expect(b.denseSteps![0]!.outputUs).toBeGreaterThan(0);
     expect(b.messages?.postMessageUs).toBeGreaterThan(0);
     const json = await cli(["probe", "--json"]);
     expect(json.code).toBe(0);
@@ -157,6 +161,7 @@ describe("neuronpipe probe", () => {
     expect(second.out).toMatch(/random +4 KiB +32 +\d+/);
     expect(second.out).toMatch(/Q4_0 matvec by working set: 9 MiB [\d.]+, .*, 1440 MiB [\d.]+ GB\/s/);
     expect(second.out).toMatch(/Q4_0 matvec by matrix shape \(128 MiB cycled\): 1024×1024 [\d.]+, .*, 32000×1024 [\d.]+ GB\/s/);
+    expect(second.out).toMatch(/dense steps of 6 × \(F32 256×256, .*\); F32 4096×256 on \d thread\(s\): attention's matvecs [\d.]+ µs, classifier [\d.]+ µs per token/);
     expect(second.err).toBe(""); // nothing measured, no bar
   }, 600_000);
 
