@@ -4,7 +4,7 @@
 // cannot take less than B / bandwidth. `neuronpipe probe` adds what a planner needs: reads by
 // block size and queue depth, each kernel's throughput per weight type, and message round trips
 // between threads. Measured once, cached per host (docs/formats.md, "machine.json").
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { native } from "../native.js";
@@ -266,7 +266,15 @@ export function cachedMachine(path = machineCachePath()): MachineBounds | undefi
 export function keepMachine(b: MachineBounds, path: string): void {
   try {
     mkdirSync(dirname(path), { recursive: true });
-    writeFileSync(path, JSON.stringify(b, null, 2) + "\n");
+    // written whole and renamed over: a load in another process (a plan timing its model's dense
+    // steps) never reads half a file, which it would take for no probe and measure a brief one over
+    const tmp = `${path}.${process.pid}.${Date.now()}.tmp`;
+    try {
+      writeFileSync(tmp, JSON.stringify(b, null, 2) + "\n");
+      renameSync(tmp, path);
+    } finally {
+      rmSync(tmp, { force: true });
+    }
   } catch {
     // not kept
   }
