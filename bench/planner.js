@@ -124,8 +124,10 @@ async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
   // the plan predicts a token at position min(ctx, 128); the timed tokens decode at positions
   // prompt … prompt + tokens − 2: predict the same knobs at their mean position
   const position = promptLength + (tokens - 2) / 2;
-  const predict = (machine) => p && planner.makePlan(packPlannerInput(np.openPack(path), { contextSize: ctx }), machine, { memory: p.limits.memory ?? undefined, cores: p.limits.cores, contextSize: ctx, position }, p.knobs).predicted;
-  const probe = machineForPlan(path);
+  const pack = np.openPack(path);
+  const inp = packPlannerInput(pack, { contextSize: ctx });
+  const predict = (machine) => p && planner.makePlan(inp, machine, { memory: p.limits.memory ?? undefined, cores: p.limits.cores, contextSize: ctx, position }, p.knobs).predicted;
+  const probe = machineForPlan(path, pack);
   const atMean = predict(probe);
   return {
     tokPerSec: median(runs),
