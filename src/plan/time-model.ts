@@ -190,15 +190,19 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   let readBytes = 0;
   let requestCost = 0;
   // the inline decoder submits a batch and places each read as it completes while the others are
-  // in flight: its cost per request is hidden under the batch's device time, and shows only
-  // beyond it (the 7B at 25% of the FFN: 21.7K reads per token took what the probe's rate says,
-  // ~335 ms, where a cost per request fitted on the shipped model's ~25-read batches added 90)
+  // in flight: its cost per request is hidden under the batch's device time, but for one wave of
+  // the queue's depth, submitted before the device starts or placed after it ends; beyond the
+  // device time it shows whole. A small model's batches are one wave (~25 reads: the cost shows
+  // per read; at 50% of the shipped model's FFN, pinned gate rows' twice the reads in half the
+  // batches measured 4.1 ms a token against 3.3 unpinned). The 7B's are hundreds of reads (at
+  // 25%, 21.7K reads a token took what the probe's rate says, ~335 ms; the cost of every read
+  // would have added 90)
   const overlapsRequests = o.decoder === "inline";
   const batch = (k: number, block: number) => {
     if (k <= 0.01) return;
     const device = (k / readRate(m, block, Math.max(1, Math.min(o.queueDepth, k)))) * 1e6;
     throughput += device;
-    requestCost += overlapsRequests ? Math.max(0, k * cal.requestUs - device) : k * cal.requestUs;
+    requestCost += overlapsRequests ? Math.max(Math.min(k, o.queueDepth) * cal.requestUs, k * cal.requestUs - device) : k * cal.requestUs;
     batches += Math.min(1, k);
     readBytes += k * block;
   };

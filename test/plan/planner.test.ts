@@ -165,7 +165,7 @@ describe("cache model: false positives as the trainer measured them", () => {
 });
 
 describe("time model", () => {
-  it("a read's own cost: inline's hides under its batch's device time and shows beyond it; blocking's adds to it", () => {
+  it("a read's own cost: inline's hides under its batch's device time but for one wave of the queue's depth, and shows beyond it; blocking's adds to it", () => {
     const inp = input();
     const { pack } = inp;
     const quarter = budgetForFfnFraction(pack, 0.25, planOptions(pack.config, { contextSize: ctx }));
@@ -178,10 +178,17 @@ describe("time model", () => {
       // no cost per read: the device time and the batches' cost
       expect(none.reads).toBeCloseTo(none.readThroughputUs + 7 * none.readBatches, 6);
       if (decoder === "inline") {
-        // a cost far below a read's device time (the test machine: ≥ 12.5 µs): hidden
-        expect(small.reads).toBeCloseTo(none.reads, 9);
-        // a cost far above it: every batch takes its requests' cost, the device time hidden under it
-        expect(huge.reads / (7 * huge.readBatches + 1e6 * huge.readsPerToken)).toBeCloseTo(1, 5);
+        // a cost far below a read's device time (the test machine: ≥ 12.5 µs): one wave a batch
+        // shows. At depth 1 a wave is one read (a batch of k ≥ 1 reads shows one, of k < 1, k:
+        // what readBatches counts); at a depth no batch reaches, every read
+        const atDepth = (queueDepth: number, requestUs: number) => tokenTime(inp.shape, mem, fakeMachine({ inline: { layerUs: 10, neuronNs: 0, batchUs: 7, requestUs } }), { ...o, decoder, queueDepth });
+        for (const [depth, shown] of [[1, none.readBatches], [1e9, none.readsPerToken]] as const)
+          expect(atDepth(depth, 0.001).reads - atDepth(depth, 0).reads).toBeCloseTo(0.001 * shown, 6);
+        // a cost far above it: beyond the device time, every request's cost; in batches of one
+        // wave each, after the device time
+        expect(huge.reads / (7 * huge.readBatches + 1e6 * huge.readsPerToken)).toBeCloseTo(1, 4);
+        const wave = atDepth(1e9, 1e6);
+        expect(wave.reads / (wave.readThroughputUs + 7 * wave.readBatches + 1e6 * wave.readsPerToken)).toBeCloseTo(1, 12);
       } else {
         expect(small.reads - none.reads).toBeCloseTo(0.001 * none.readsPerToken, 6);
         expect(huge.reads / (none.reads + 1e6 * huge.readsPerToken)).toBeCloseTo(1, 5);
