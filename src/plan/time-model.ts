@@ -23,8 +23,9 @@
 //               an up+down block or a bundle, each kind one batch at depth min(queue depth,
 //               misses): misses ÷ reads/s measured at that block size and depth, + the
 //               decoder's calibrated costs per batch (handing it over, waking for it) and per
-//               request (choosing a slot, submitting, completing, placing it; inline: only what
-//               exceeds the batch's device time, under which it runs);
+//               request (choosing a slot, submitting, completing, placing it; inline: one
+//               wave of the queue's depth a batch, and what exceeds the batch's device time,
+//               under which the rest runs);
 //               reads ahead add AHEAD_EXTRA_READS of the up+down reads
 //
 // How the decoders combine them:
