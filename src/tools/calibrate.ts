@@ -76,8 +76,14 @@ async function decodeUs(path: string, run: Run): Promise<number> {
 /** Tokens of the attention runs, timed in two halves of 96 decodes each: early and late positions of the same generations' kind. */
 const ATTENTION_TOKENS = 193;
 
-/** Rounds of every calibration run by default, interleaved (after one round not counted): this machine's speed drifts for seconds at a time, so each run's median comes from several moments (`probe --rounds`). */
-export const CALIBRATION_ROUNDS = 3;
+/**
+ * Rounds of every calibration run by default, interleaved (after one round not counted): this
+ * machine's speed drifts for seconds at a time, so each run's median comes from several moments
+ * (`probe --rounds`). At 3, the inline run of pinned gate rows resident took 1,587 µs a token in
+ * 2 of its rounds where 11 rounds of the bench gave 731 for the same configuration, and the fit
+ * put the excess into every layer (the plan at 100% predicted 37% slow).
+ */
+export const CALIBRATION_ROUNDS = 5;
 
 /**
  * Fit attention's and each decoder's costs on the shipped pack (about a minute and a half); `onStep` hears each decode
