@@ -150,14 +150,17 @@ export function makePlan(inp: PlannerInput, m: MachineBounds, limits: PlanLimits
   // 1% of its fastest (the model cannot tell them apart), the deepest queue and the hot share
   // nearest the default 0.75. A deeper queue costs nothing the model sees, and where the model
   // could not tell depths apart it measured faster: the default model at 25% of the FFN, 21 turns
-  // side by side, depth 128 decoded 3% faster than 32 (docs/benchmarks.md, "2026-11-26 (night)")
+  // side by side, depth 128 decoded 3% faster than 32 (docs/benchmarks.md, "2026-11-26 (night)").
+  // Then gate rows not pinned: pinning saves gate reads, which the model sees, and costs what it
+  // does not: the shipped model resident, pinned, decoded 857 µs a token against 774 not pinned
+  // (10 turns side by side), and the probe's calibration runs say the same (1,212 against 905)
   const order: PlannedDecoder[] = ["inline", "pipeline", "blocking"];
   const best = Math.min(...fit.map((c) => c.time.total));
   const bestOf = (d: PlannedDecoder) => Math.min(...fit.filter((c) => c.knobs.decoder === d).map((c) => c.time.total));
   const decoder = order.find((d) => bestOf(d) <= best * (1 + DECODER_MARGIN))!;
   const near = fit.filter((c) => c.knobs.decoder === decoder && c.time.total <= bestOf(decoder) * 1.01);
   const distance = (c: Candidate) => Math.abs(c.knobs.hotShare - 0.75);
-  near.sort((a, b) => b.knobs.queueDepth - a.knobs.queueDepth || distance(a) - distance(b) || a.time.total - b.time.total);
+  near.sort((a, b) => b.knobs.queueDepth - a.knobs.queueDepth || distance(a) - distance(b) || Number(a.knobs.pinGates) - Number(b.knobs.pinGates) || a.time.total - b.time.total);
   return toPlan(inp, m, limits, near[0]!, fit.length + refused, refused);
 }
 

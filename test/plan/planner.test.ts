@@ -399,6 +399,20 @@ describe("planner", () => {
     expect(at32.predicted.total).toBeCloseTo(p.predicted.total, 6);
   });
 
+  it("everything resident, pinned and unpinned gate rows are the same time to the model: the plan leaves them unpinned; with reads, pinning stays searched", () => {
+    const inp = input();
+    const m = fakeMachine();
+    const resident = makePlan(inp, m, { cores: 2, contextSize: ctx });
+    expect(resident.memory.ffnResident).toBe(1);
+    expect(resident.knobs.pinGates).toBe(false);
+    const pinned = makePlan(inp, m, { cores: 2, contextSize: ctx }, { decoder: resident.knobs.decoder, pinGates: true });
+    expect(pinned.predicted.total).toBeCloseTo(resident.predicted.total, 6);
+    // at half the FFN, the pinned plans' fewer gate reads are seen: both kinds are candidates
+    const limits = { cores: 2, contextSize: ctx, memory: budgetForFfnFraction(inp.pack, 0.5, planOptions(inp.pack.config, { contextSize: ctx })) };
+    const half = [true, false].map((pinGates) => makePlan(inp, m, limits, { decoder: "inline", pinGates }).predicted.total);
+    expect(Math.abs(half[0]! / half[1]! - 1)).toBeGreaterThan(0.01);
+  });
+
   it("a decoder is chosen over a simpler one only when predicted more than 5% faster: blocking set 3% faster than inline's best gets inline, 10% faster gets blocking", () => {
     const inp = input();
     const limits = { cores: 2, contextSize: ctx, memory: budgetForFfnFraction(inp.pack, 0.25, planOptions(inp.pack.config, { contextSize: ctx })) };
