@@ -86,7 +86,7 @@ const ATTENTION_TOKENS = 193;
 export const CALIBRATION_ROUNDS = 5;
 
 /**
- * Fit attention's and each decoder's costs on the shipped pack (about a minute and a half); `onStep` hears each decode
+ * Fit attention's and each decoder's costs on the shipped pack (about four minutes at 5 rounds on a 2-core VM); `onStep` hears each decode
  * measured, and how many there are; `afterRound` runs after each counted round, before the fit
  * (the probe measures its kernels again there, into `m.kernels`, which the fit then uses).
  */
