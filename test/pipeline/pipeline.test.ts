@@ -215,9 +215,8 @@ describe("traces", () => {
       expect(st.computeUs).toBeGreaterThan(0);
       shares[mode] = st.ioHiddenShare;
       if (mode === "blocking") {
-        // every read finishes before the compute that needs it starts; the I/O worker stamps a
-        // read's end just after it flags the slots ready, so the woken compute worker's start can
-        // come a few µs earlier (seen once: 3 µs of 24 tokens' reads)
+        // every read finishes before the compute that needs it starts (the I/O worker stamps a
+        // read's end before it flags the slots ready; the clock is in whole µs)
         expect(st.ioHiddenShare).toBeLessThan(0.002);
         expect(spans.some((s) => s.name === "ffn")).toBe(true);
       } else {
