@@ -70,10 +70,9 @@ export class GenerationPool {
           continue;
         }
         if (m?.type === "done") return m.stats;
-        if (finished && queue.length === 0) {
-          if (failed) throw failed;
-          throw new Error("generation worker ended without a result");
-        }
+        // the worker posts "done" before it returns, but its return comes back on piscina's own
+        // channel and can overtake the port's last messages: after a success, wait for them
+        if (finished && queue.length === 0 && failed) throw failed;
         await new Promise<void>((r) => (wake = r));
         wake = undefined;
       }
