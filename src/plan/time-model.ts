@@ -201,9 +201,10 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   const overlapsRequests = o.decoder === "inline";
   const batch = (k: number, block: number) => {
     if (k <= 0.01) return;
-    const device = (k / readRate(m, block, Math.max(1, Math.min(o.queueDepth, k)))) * 1e6;
+    const wave = Math.min(k, o.queueDepth); // requests in flight at once
+    const device = (k / readRate(m, block, Math.max(1, wave))) * 1e6;
     throughput += device;
-    requestCost += overlapsRequests ? Math.max(Math.min(k, o.queueDepth) * cal.requestUs, k * cal.requestUs - device) : k * cal.requestUs;
+    requestCost += overlapsRequests ? Math.max(wave * cal.requestUs, k * cal.requestUs - device) : k * cal.requestUs;
     batches += Math.min(1, k);
     readBytes += k * block;
   };
