@@ -31,12 +31,19 @@
 //                absent is a read of its gate block (and of its up+down if it then fires)
 //
 // With a chain, P(no firing in T tokens) = (1 − p)·(1 − b)^(T − 1), b = p·(1 − ρ); an access
-// after T silent tokens happens with probability b (firing) or b + (1 − b)·f (flagged). Neurons
+// after T silent tokens happens with probability b (firing) or b + (1 − b)·f (flagged).
+// A chain is one token deep, and text is not: the default model's neurons come back over tens of
+// tokens. Where the profile measured it (sparse/reuse.ts) and firings alone decide residency
+// (the hot/cold cache), both come from the measurement instead: a neuron holds a slot with
+// P(fired within the last T tokens), a firing misses with 1 − P(fired within the T before |
+// fires), and a flag without a firing misses with P(neither) = P(silent for T) − its firing
+// misses. LLMFlash's window, where flags keep a neuron too, stays with the chain. Neurons
 // are taken in buckets of similar p and f (log-spaced, per layer), so evaluating one cache shape
 // costs a pass over the clusters and a bisection over the buckets, not over every neuron. Measured
 // against WindowCache's own policy and the decoders on the 7B and the default model:
 // docs/benchmarks.md, "why the 7B's predictions miss".
 import type { Pack } from "../sparse/pack/format.js";
+import { reuseAt, type FiringReuse } from "../sparse/reuse.js";
 
 export interface ProfileRates {
   nLayer: number;
@@ -49,6 +56,8 @@ export interface ProfileRates {
   falseFlag?: Float32Array;
   /** (nLayer) persistence ρ_l of a neuron's firing from one token to the next (0: independent tokens); absent: 0. */
   persist?: Float32Array;
+  /** How soon the profile's neurons fired again (measured spans); absent: the chain of `persist`. */
+  reuse?: FiringReuse;
   /** Neurons fired per token, all layers (Σ p_i). */
   firedPerToken: number;
   /** Neurons flagged per token, all layers (Σ q_i; the oracle: every neuron). */
@@ -93,7 +102,7 @@ export function profileRates(pack: Pack, oracle = false): ProfileRates {
     else if (falseFlag) for (let i = l * nFF; i < (l + 1) * nFF; i++) flagged += fire[i]! + falseFlag[i]! * (1 - fire[i]!);
     else for (let p = 0; p < nFF; p++) flagged += Math.min(1, ratio * fire[l * nFF + p]!);
   }
-  return { nLayer, nFF, fire, flagRatio, ...(falseFlag && { falseFlag }), persist, firedPerToken: fired, flaggedPerToken: flagged, oracle };
+  return { nLayer, nFF, fire, flagRatio, ...(falseFlag && { falseFlag }), persist, ...(pack.profileReuse && { reuse: pack.profileReuse }), firedPerToken: fired, flaggedPerToken: flagged, oracle };
 }
 
 export interface CacheShape {
@@ -203,9 +212,16 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
   // flags), or with demotion its firings while its flags are what may miss
   const holdsFlags = !shape.gatesPinned && shape.window !== undefined;
   /** P(no access that keeps the neuron in T tokens), T ≥ 1: its firings (a chain) and, if flags keep it, its false positives f. */
-  const silent = (p: number, f: number, l: number, T: number) => {
+  const chainSilent = (p: number, f: number, l: number, T: number) => {
     const b = p * (1 - rhoOf[l]!);
     return (1 - p) * Math.pow(1 - b, T - 1) * (holdsFlags ? Math.pow(1 - f, T) : 1);
+  };
+  // the profile's measured reuse, where firings alone decide residency (the window's flags do not)
+  const reuse = holdsFlags ? undefined : r.reuse;
+  const measured = (which: "recent" | "firedRecent", p: number, l: number, T: number) => (reuse ? reuseAt(reuse, which, l, p, T) : undefined);
+  const silent = (p: number, f: number, l: number, T: number) => {
+    const recent = measured("recent", p, l, T);
+    return recent === undefined ? chainSilent(p, f, l, T) : 1 - recent;
   };
   const occupancy = (p: number, f: number, l: number, T: number) => (T >= 1 ? 1 - silent(p, f, l, T) : T * (1 - silent(p, f, l, 1)));
   const cap = shape.window ?? Infinity;
@@ -235,11 +251,24 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
    * it; kept < 1 (the cache holds a share of a token's accesses): from every access missing at 0
    * to those after one silent token at 1.
    */
-  const missesOf = (p: number, f: number, l: number): [fire: number, access: number] => {
+  const missesAt = (p: number, f: number, l: number, T: number): [fire: number, access: number] => {
+    const s = silent(p, f, l, T);
+    const hit = measured("firedRecent", p, l, T);
+    if (hit !== undefined) {
+      // a firing misses when the neuron had not fired in the T tokens before; a flag without a
+      // firing when it had not either
+      const fire = p * (1 - hit);
+      return [fire, fire + Math.max(0, s - fire) * f];
+    }
     const fireNext = p * (1 - rhoOf[l]!); // P(fire | the token before was silent)
-    const flagNext = fireNext + (1 - fireNext) * f;
-    const missed = (next: number, rate: number) => (kept === Infinity ? 0 : kept >= 1 ? silent(p, f, l, kept) * next : rate - kept * (rate - silent(p, f, l, 1) * next));
-    return [missed(fireNext, p), missed(flagNext, access(p, f))];
+    return [s * fireNext, s * (fireNext + (1 - fireNext) * f)];
+  };
+  const missesOf = (p: number, f: number, l: number): [fire: number, access: number] => {
+    if (kept === Infinity) return [0, 0];
+    if (kept >= 1) return missesAt(p, f, l, kept);
+    const [fire1, access1] = missesAt(p, f, l, 1);
+    const rate = access(p, f);
+    return [p - kept * (p - fire1), rate - kept * (rate - access1)];
   };
   let accessMisses = 0;
   for (let b = 0; b < count.length; b++) {

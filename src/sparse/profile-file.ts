@@ -5,6 +5,7 @@ import { readFileSync } from "node:fs";
 import { readGGUF } from "../gguf/reader.js";
 import { GGUFWriter } from "../gguf/writer.js";
 import { ValueType } from "../gguf/types.js";
+import { REUSE_RATE_CLASSES, type FiringReuse } from "./reuse.js";
 
 export interface LayerProfile {
   /** (nFF) tokens for which each neuron fired. */
@@ -30,6 +31,8 @@ export interface ActivationProfile {
   layers: LayerProfile[];
   /** modelFingerprint() of the profiled model file (fingerprint.ts), when known. */
   modelFingerprint?: string;
+  /** How soon neurons fire again (reuse.ts); absent in profiles written before it was measured. */
+  reuse?: FiringReuse;
 }
 
 /** Smallest number of neurons whose counts sum to ≥ share of all counts. */
@@ -64,6 +67,11 @@ export async function writeProfile(path: string, p: ActivationProfile): Promise<
   arr("active_max", (l) => l.activeMax);
   arr("overlap", (l) => l.overlap);
   arr("hot80", (l) => l.hot80);
+  if (p.reuse) {
+    w.setArray("profile.reuse_spans", ValueType.UINT32, Uint32Array.from(p.reuse.spans));
+    w.setArray("profile.reuse_recent", ValueType.FLOAT32, p.reuse.recent);
+    w.setArray("profile.reuse_fired_recent", ValueType.FLOAT32, p.reuse.firedRecent);
+  }
   p.layers.forEach((l, i) =>
     w.addTensor({ name: `blk.${i}.act_count`, ne: [p.nFF], type: 26 /* I32 */, data: () => new Uint8Array(Int32Array.from(l.counts).buffer) }),
   );
@@ -102,6 +110,28 @@ export function readProfile(path: string): ActivationProfile {
     window: num("window"),
     corpus: String(f.metadata.get("profile.corpus")?.value),
     layers,
+    ...(f.metadata.has("profile.reuse_spans") && { reuse: readReuse(path, (k) => f.metadata.get(`profile.${k}`)?.value, nLayer) }),
     ...(f.metadata.has("profile.model_fingerprint") ? { modelFingerprint: String(f.metadata.get("profile.model_fingerprint")!.value) } : {}),
   };
+}
+
+/**
+ * FiringReuse from metadata keys `reuse_spans`, `reuse_recent`, `reuse_fired_recent` (a profile's
+ * or a pack's), checked: spans ascending positive integers, arrays of nLayer·classes·spans
+ * probabilities, each in [0, 1] or NaN (no measurement).
+ */
+export function readReuse(path: string, get: (key: string) => unknown, nLayer: number, prefix = "profile."): FiringReuse {
+  const spans = get("reuse_spans");
+  if (!(spans instanceof Uint32Array) || spans.length === 0 || spans.some((s, k) => s < 1 || (k > 0 && s <= spans[k - 1]!))) {
+    throw new Error(`${path}: ${prefix}reuse_spans is not an ascending u32 array of spans ≥ 1`);
+  }
+  const want = nLayer * REUSE_RATE_CLASSES * spans.length;
+  const probabilities = (key: string) => {
+    const v = get(key);
+    if (!(v instanceof Float32Array) || v.length !== want) throw new Error(`${path}: ${prefix}${key} is not an f32 array of ${want} (n_layer ${nLayer} × ${REUSE_RATE_CLASSES} rate classes × ${spans.length} spans)`);
+    const bad = v.findIndex((x) => !Number.isNaN(x) && !(x >= 0 && x <= 1));
+    if (bad >= 0) throw new Error(`${path}: ${prefix}${key}[${bad}] is ${v[bad]}, not a probability in [0, 1] (or NaN)`);
+    return v;
+  };
+  return { spans: Array.from(spans), recent: probabilities("reuse_recent"), firedRecent: probabilities("reuse_fired_recent") };
 }

@@ -1,11 +1,13 @@
 // The activation profiler (PowerInfer never released one): dense inference over a corpus,
 // recording per layer and neuron how often the neuron fires, the per-token active count,
 // how much consecutive tokens' active sets overlap, and how skewed the firing is (the share
-// of all activations the hottest neurons account for). A neuron "fires" for a token when its
+// of all activations the hottest neurons account for), and how soon a neuron fires again
+// (sparse/reuse.ts, for the planner's cache model). A neuron "fires" for a token when its
 // gated activation act(gate)·up is non-zero — for ReGLU/dReLU exactly relu(gate) > 0 (and up ≠ 0).
 import type { Model } from "../api/model.js";
 import { native } from "../native.js";
 import { hotSetSize, type ActivationProfile } from "../sparse/profile-file.js";
+import { ReuseCounter } from "../sparse/reuse.js";
 
 /** Quantile of a histogram h[k] = number of tokens with k active neurons. */
 function histQuantile(h: Uint32Array, total: number, q: number): number {
@@ -37,6 +39,7 @@ export function profileActivations(
   const prev = Array.from({ length: nLayer }, () => new Uint8Array(nFF));
   const prevCount = new Uint32Array(nLayer);
   let havePrev = false;
+  const reuse = new ReuseCounter(nLayer, nFF, window);
   const s = model.createSession({ contextSize: window, batchSize: Math.min(window, 256) });
   try {
     for (let w0 = 0; w0 < tokens.length; w0 += window) {
@@ -44,6 +47,7 @@ export function profileActivations(
       const win = tokens.slice(w0, w0 + window);
       s.reset();
       havePrev = false;
+      reuse.startWindow();
       s.evaluate(win, false, {
         onFfnActivations: (layer, rs, nTok) => {
           const hb = n.viewF32(rs.buf, rs.hb, nTok * nFF);
@@ -64,6 +68,7 @@ export function profileActivations(
               p[i] = on;
             }
             hist[layer]![active]!++;
+            reuse.addToken(layer, (i) => hb[row + i] !== 0);
             if (hp) {
               const union = active + prevCount[layer]! - both;
               overlapSum[layer]! += union > 0 ? both / union : 1;
@@ -107,6 +112,7 @@ export function profileActivations(
     window,
     corpus: opts.corpus ?? "",
     layers,
+    reuse: reuse.finish(counts, total),
   };
 }
 

@@ -246,6 +246,9 @@ describe.each([0, 1, 2])("pack case %i", (ci) => {
     expect(pack.profileTokens).toBe(prof.tokens);
     // the profile's overlap of consecutive active sets, per layer (the planner's persistence)
     expect(pack.profileOverlap).toEqual(prof.layers.map((L) => Math.fround(L.overlap)));
+    // and how soon neurons fired again (the planner's cache model), as the profile measured it
+    expect(prof.reuse).toBeDefined();
+    expect(pack.profileReuse).toEqual(prof.reuse);
     pack.layers.forEach((L, l) => {
       const counts = prof.layers[l]!.counts;
       const seen = new Set(L.order);
@@ -446,6 +449,22 @@ describe("refusals", () => {
     copyFileSync(cases[1]!.pack, p);
     patchKeyU32(p, "neuronpipe.pack.gate_bytes", pk.gateBytes + 2);
     expect(() => openPack(p)).toThrow(`${p}: neuronpipe.pack.gate_bytes is ${pk.gateBytes + 2}, but a Q8_0 row of n_embd 128 takes ${pk.gateBytes} bytes`);
+  });
+
+  it("a reuse probability outside [0, 1]", () => {
+    const p = join(dir, "reuse.pack.gguf");
+    copyFileSync(cases[1]!.pack, p);
+    const key = "neuronpipe.pack.reuse_recent";
+    const b = readFileSync(p);
+    const needle = Buffer.alloc(8 + key.length);
+    needle.writeBigUInt64LE(BigInt(key.length));
+    needle.write(key, 8);
+    const at = b.indexOf(needle) + needle.length;
+    expect(b.readUInt32LE(at)).toBe(ValueType.ARRAY);
+    expect(b.readUInt32LE(at + 4)).toBe(ValueType.FLOAT32);
+    b.writeFloatLE(2, at + 16 + 4 * 3);
+    writeFileSync(p, b);
+    expect(() => openPack(p)).toThrow(`${p}: neuronpipe.pack.reuse_recent[3] is 2, not a probability in [0, 1] (or NaN)`);
   });
 
   it("a pack with an unsupported version, or fc1/fc2 in some layers only", async () => {

@@ -56,6 +56,9 @@ it("per-neuron firing frequencies equal the trainer's on the held-out stream; th
     expect(l.hot80).toBe(p.layers[i]!.hot80);
     expect(l.overlap).toBeCloseTo(p.layers[i]!.overlap, 6);
   });
+  expect(q.reuse).toEqual(p.reuse);
+  // the reuse counted here is what the shipped profile holds (the planner reads it through the pack)
+  expect(readProfile(join(root, "models", "neuronpipe-default.gguf.profile.gguf")).reuse?.spans).toEqual(p.reuse!.spans);
   expect(() => readProfile(join(root, "models", "neuronpipe-default.gguf"))).toThrow(/not an activation profile/);
 });
 

@@ -15,6 +15,7 @@ import { safeMessage } from "../../util/message.js";
 import type { GGUFFile, TensorInfo } from "../../gguf/reader.js";
 import { computeTypes, tensorTypeName } from "../../gguf/types.js";
 import type { ModelConfig } from "../../model/config.js";
+import type { FiringReuse } from "../reuse.js";
 
 export interface PackLayer {
   bundlesOffset: number; // absolute file offset of bundle 0 of this layer (4096-aligned)
@@ -59,6 +60,8 @@ export interface Pack {
   profileTokens: number;
   /** (nLayer) the profile's mean Jaccard overlap of consecutive tokens' active sets; absent in packs written before it was stored. */
   profileOverlap?: number[];
+  /** How soon the profile's neurons fired again (sparse/reuse.ts); absent in packs written before it was stored, or from profiles without it. */
+  profileReuse?: FiringReuse;
   downRelayoutError: number[];
   source: { name: string; size: number; fingerprint: string };
 }

@@ -5,6 +5,8 @@ import { GGUFError, readGGUF, type GGUFFile, type TensorInfo } from "../../gguf/
 import { computeTypes, tensorTypeName } from "../../gguf/types.js";
 import { readConfig, type ModelConfig } from "../../model/config.js";
 import { GGMLType, native } from "../../native.js";
+import { readReuse } from "../profile-file.js";
+import type { FiringReuse } from "../reuse.js";
 import { F32, I32, I8, P, PACK_ALIGNMENT, roundUp, PACK_VERSION, PackError, type Pack, type PackLayer, type PackPredictorLayer } from "./format.js";
 
 // ---- reading ------------------------------------------------------------------------
@@ -73,6 +75,14 @@ export function openPack(path: string): Pack {
   // optional (packs written before it have none): checked as the other per-layer arrays
   const overlap = file.metadata.has(`${P}profile_overlap`) ? Array.from(arr("profile_overlap"), Number) : undefined;
   if (overlap?.some((x) => !(x >= 0 && x <= 1))) fail(`${P}profile_overlap holds a value outside [0, 1]`);
+  let reuse: FiringReuse | undefined;
+  if (file.metadata.has(`${P}reuse_spans`)) {
+    try {
+      reuse = readReuse(path, (k) => file.metadata.get(`${P}${k}`)?.value, nLayer, P);
+    } catch (e) {
+      fail((e as Error).message.slice(path.length + 2));
+    }
+  }
 
   const fd = openSync(path, "r");
   const readI32 = (t: TensorInfo): Int32Array => {
@@ -222,6 +232,7 @@ export function openPack(path: string): Pack {
     predictor,
     profileTokens: num("profile_tokens"),
     ...(overlap && { profileOverlap: overlap }),
+    ...(reuse && { profileReuse: reuse }),
     downRelayoutError: Array.from(relErr, Number),
     source: { name: str("source_name"), size: num("source_size"), fingerprint: str("source_fingerprint") },
   };

@@ -146,6 +146,11 @@ export async function writePack(modelPath: string, outPath: string, opts: PackOp
   w.setArray(`${P}hot_count`, ValueType.UINT32, Uint32Array.from(hotCounts));
   w.set(`${P}profile_tokens`, ValueType.UINT64, BigInt(profile.tokens));
   w.setArray(`${P}profile_overlap`, ValueType.FLOAT32, Float32Array.from(profile.layers, (l) => l.overlap));
+  if (profile.reuse) {
+    w.setArray(`${P}reuse_spans`, ValueType.UINT32, Uint32Array.from(profile.reuse.spans));
+    w.setArray(`${P}reuse_recent`, ValueType.FLOAT32, profile.reuse.recent);
+    w.setArray(`${P}reuse_fired_recent`, ValueType.FLOAT32, profile.reuse.firedRecent);
+  }
   // placeholder, patched once the layers have been re-laid (the header is written first)
   const errKey = `${P}down_relayout_error`;
   w.setArray(errKey, ValueType.FLOAT32, new Float32Array(nLayer));
