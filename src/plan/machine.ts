@@ -28,10 +28,15 @@ export interface DiskBound {
   rates?: ReadRate[];
 }
 
+/** Reads per call of a read-rate point without `batch`: 4 × its depth (at least 16), so that most reads are refills of a full queue. */
+export const steadyBatch = (queueDepth: number) => Math.max(queueDepth * 4, 16);
+
 export interface ReadRate {
   kind: "sequential" | "random";
   blockBytes: number;
   queueDepth: number;
+  /** Reads per call (one batch submitted together and waited for): absent, 4 × the depth (at least 16), what the read rate at that depth means; set, a decoder's batch of that size. */
+  batch?: number;
   readsPerSecond: number;
   GBps: number;
 }

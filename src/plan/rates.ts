@@ -5,7 +5,7 @@
 import { computeTypes, tensorBytes } from "../gguf/types.js";
 import { GGMLType } from "../native.js";
 import { nonNegativeLeastSquares } from "./least-squares.js";
-import type { KernelRate, MachineBounds, ReadRate, ShapeRate } from "./machine.js";
+import { steadyBatch, type KernelRate, type MachineBounds, type ReadRate, type ShapeRate } from "./machine.js";
 
 const { Q4_0 } = GGMLType;
 
@@ -88,7 +88,7 @@ export function shapeFactor(c: CallCosts | undefined, shape: CallShape, referenc
 
 /** Reads per second of `blockBytes` random reads at `depth`, interpolated (log-log) from the probe's table; the 4 KiB figure of the bounds when the table is missing. */
 export function readRate(m: MachineBounds, blockBytes: number, depth: number): number {
-  const rates = (m.disk?.rates ?? []).filter((r): r is ReadRate => r.kind === "random");
+  const rates = (m.disk?.rates ?? []).filter((r): r is ReadRate => r.kind === "random" && r.batch === undefined);
   if (rates.length === 0) return m.disk ? (m.disk.random4kIops * 4096) / Math.max(4096, blockBytes) : 50_000;
   const blocks = [...new Set(rates.map((r) => r.blockBytes))].sort((a, b) => a - b);
   const at = (b: number, d: number) => {
@@ -97,6 +97,64 @@ export function readRate(m: MachineBounds, blockBytes: number, depth: number): n
   };
   const byBlock = blocks.map((b) => [b, at(b, depth)] as const);
   return interp(byBlock, Math.max(4096, blockBytes));
+}
+
+/**
+ * µs one batch of k random reads of `blockBytes` takes at queue depth `depth` (submitted together,
+ * waited for): from the probe's batch rows, piecewise linear in k (below one read, k × one read's
+ * time; beyond the largest batch, its time + the rest at the full queue's rate), linear in log
+ * depth and log block size between the measured ones, held beyond them. A batch no deeper than
+ * the queue takes the same time at every depth. Probes without batch rows:
+ * k ÷ the read rate at depth min(k, depth).
+ */
+export function batchReadUs(m: MachineBounds, blockBytes: number, depth: number, k: number): number {
+  if (k <= 0) return 0;
+  const rows = (m.disk?.rates ?? []).filter((r) => r.kind === "random");
+  if (!rows.some((r) => r.batch !== undefined)) return (k / readRate(m, blockBytes, Math.max(1, Math.min(k, depth)))) * 1e6;
+  const batched = rows.filter((r) => rows.some((b) => b.batch !== undefined && b.blockBytes === r.blockBytes && b.queueDepth === r.queueDepth));
+  const us = (r: ReadRate) => ((r.batch ?? steadyBatch(r.queueDepth)) / r.readsPerSecond) * 1e6;
+  /**
+   * µs at one measured block size and depth, by k: a batch no deeper than the queue is submitted
+   * whole at any depth, so those are the mean over every depth that holds them (one measurement
+   * of one thing, not a difference between depths); deeper batches and the full queue at d.
+   */
+  const at = (block: number, d: number) => {
+    const rows = batched.filter((r) => r.blockBytes === block);
+    const sizes = [...new Set(rows.map((r) => r.batch ?? steadyBatch(r.queueDepth)))];
+    const pts = sizes
+      .map((n) => {
+        const same = rows.filter((r) => (r.batch ?? steadyBatch(r.queueDepth)) === n && (n <= d ? n <= r.queueDepth : r.queueDepth === d));
+        return [n, same.reduce((a, r) => a + us(r), 0) / same.length] as const;
+      })
+      .filter(([, u]) => Number.isFinite(u))
+      .sort((a, b) => a[0] - b[0]);
+    if (k <= pts[0]![0]) return (k / pts[0]![0]) * pts[0]![1];
+    for (let i = 1; i < pts.length; i++) {
+      const [k1, u1] = pts[i]!;
+      if (k <= k1) {
+        const [k0, u0] = pts[i - 1]!;
+        return u0 + ((k - k0) / (k1 - k0)) * (u1 - u0);
+      }
+    }
+    const [kn, un] = pts[pts.length - 1]!;
+    return un + (k - kn) * (un / kn);
+  };
+  /** linear in log x between the sorted xs, held beyond them */
+  const between = (xs: number[], x: number, f: (x: number) => number) => {
+    if (x <= xs[0]!) return f(xs[0]!);
+    for (let i = 1; i < xs.length; i++) {
+      if (x <= xs[i]!) {
+        const w = Math.log(x / xs[i - 1]!) / Math.log(xs[i]! / xs[i - 1]!);
+        return f(xs[i - 1]!) * (1 - w) + f(xs[i]!) * w;
+      }
+    }
+    return f(xs[xs.length - 1]!);
+  };
+  const blocks = [...new Set(batched.map((r) => r.blockBytes))].sort((a, b) => a - b);
+  return between(blocks, Math.max(4096, blockBytes), (b) => {
+    const depths = [...new Set(batched.filter((r) => r.blockBytes === b).map((r) => r.queueDepth))].sort((x, y) => x - y);
+    return between(depths, depth, (d) => at(b, d));
+  });
 }
 
 /** Log-log interpolation in sorted points, flat beyond the ends. */

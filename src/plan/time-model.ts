@@ -20,12 +20,10 @@
 //               neuron (cache lookups, chunking, task messages), calibrated by the probe on the
 //               shipped model with everything resident (tools/calibrate.ts)
 //   reads       per layer, the cache model's misses (cache-model.ts) as requests of a gate block,
-//               an up+down block or a bundle, each kind one batch at depth min(queue depth,
-//               misses): misses ÷ reads/s measured at that block size and depth, + the
+//               an up+down block or a bundle, each kind one batch: the time the probe measured
+//               for a batch of that many reads of that block size at the queue's depth, + the
 //               decoder's calibrated costs per batch (handing it over, waking for it) and per
-//               request (choosing a slot, submitting, completing, placing it; inline: one
-//               wave of the queue's depth a batch, and what exceeds the batch's device time,
-//               under which the rest runs);
+//               request (choosing a slot, queueing, placing it);
 //               reads ahead add AHEAD_EXTRA_READS of the up+down reads
 //
 // How the decoders combine them:
@@ -41,7 +39,7 @@ import type { Pack } from "../sparse/pack/format.js";
 import type { MemoryPlan } from "../sparse/memory-plan.js";
 import { forecastCache, type ProfileRates } from "./cache-model.js";
 import { denseShapes, type DenseShapes } from "./dense-steps.js";
-import { callCosts, gatherTableCall, kernelRate, MATVEC_TABLE_CALL, readRate, shapeFactor, type CallShape } from "./rates.js";
+import { batchReadUs, callCosts, gatherTableCall, kernelRate, MATVEC_TABLE_CALL, shapeFactor, type CallShape } from "./rates.js";
 
 export type PlannedDecoder = "inline" | "pipeline" | "blocking";
 
@@ -180,31 +178,22 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     window: blocking ? o.window : undefined,
   });
   // per layer, each kind of read is one batch (gate blocks, then up+down blocks of those that
-  // fire): its requests at the probe's rate for that block size at a depth of as many requests
-  // (k requests at depth k take about one request's latency at that depth), + the decoder's
-  // own cost per request
+  // fire), submitted together and waited for: the time the probe measured for a batch of that
+  // many reads of that block size at the queue's depth (rates.ts batchReadUs: a batch deeper than
+  // the queue refills it as reads complete, and its last reads land late), + the decoder's own
+  // cost per batch and per request (choosing a slot, queueing it, placing it: on the calling
+  // thread, before the batch is submitted or after it is read, so it adds)
   // reads ahead (inline, pinned gate rows): the look-ahead's reads start early, and add some
   const ahead = o.decoder === "inline" && o.readAhead && plan.gatesPinned;
   const upDownMisses = fc.upDownMisses.reduce((a, b) => a + b, 0);
   let throughput = 0;
   let batches = 0;
   let readBytes = 0;
-  let requestCost = 0;
-  // the inline decoder submits a batch and places each read as it completes while the others are
-  // in flight: its cost per request is hidden under the batch's device time, but for one wave of
-  // the queue's depth, submitted before the device starts or placed after it ends; beyond the
-  // device time it shows whole. A small model's batches are one wave (~25 reads: the cost shows
-  // per read; at 50% of the shipped model's FFN, pinned gate rows' twice the reads in half the
-  // batches measured 4.1 ms a token against 3.3 unpinned). The 7B's are hundreds of reads (at
-  // 25%, 21.7K reads a token took what the probe's rate says, ~335 ms; the cost of every read
-  // would have added 90)
-  const overlapsRequests = o.decoder === "inline";
+  let requests = 0;
   const batch = (k: number, block: number) => {
     if (k <= 0.01) return;
-    const wave = Math.min(k, o.queueDepth); // requests in flight at once
-    const device = (k / readRate(m, block, Math.max(1, wave))) * 1e6;
-    throughput += device;
-    requestCost += overlapsRequests ? Math.max(wave * cal.requestUs, k * cal.requestUs - device) : k * cal.requestUs;
+    throughput += batchReadUs(m, block, o.queueDepth, k);
+    requests += k;
     batches += Math.min(1, k);
     readBytes += k * block;
   };
@@ -215,7 +204,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     const runs = fc.bundleRequests[l]!;
     if (runs > 0) batch(runs, (fc.bundleMisses[l]! / runs) * pack.bundleBytes);
   }
-  const reads = throughput + batches * (cal.batchUs ?? 0) + requestCost;
+  const reads = throughput + batches * (cal.batchUs ?? 0) + requests * cal.requestUs;
   // reads ahead (inline, pinned gate rows): every layer also runs the predictor of a layer ahead,
   // computes the pinned gate rows of its flagged neurons that are not resident, and chooses
   // which to read (the decoder's cost per flagged neuron looked ahead)

@@ -13,7 +13,7 @@ import { forecastCache, type ProfileRates } from "../../src/plan/cache-model.js"
 import type { MachineBounds } from "../../src/plan/machine.js";
 import { readPlanFile, writePlanFile } from "../../src/plan/plan-file.js";
 import { budgetForSpeed, makePlan, smallestBudget, sweepPlans, wholeBudget, type PlannerInput } from "../../src/plan/planner.js";
-import { callCosts, kernelRate, shapeFactor, workingSetFactor } from "../../src/plan/rates.js";
+import { batchReadUs, callCosts, kernelRate, shapeFactor, workingSetFactor } from "../../src/plan/rates.js";
 import { AHEAD_EXTRA_READS, AHEAD_SHARE, tokenTime } from "../../src/plan/time-model.js";
 import { ReuseCounter } from "../../src/sparse/reuse.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
@@ -225,7 +225,7 @@ describe("cache model: false positives as the trainer measured them", () => {
 });
 
 describe("time model", () => {
-  it("a read's own cost: inline's hides under its batch's device time but for one wave of the queue's depth, and shows beyond it; blocking's adds to it", () => {
+  it("a read's own cost adds to the batches' device time, per request, for every decoder", () => {
     const inp = input();
     const { pack } = inp;
     const quarter = budgetForFfnFraction(pack, 0.25, planOptions(pack.config, { contextSize: ctx }));
@@ -237,23 +237,34 @@ describe("time model", () => {
       expect(none.readsPerToken).toBeGreaterThan(10);
       // no cost per read: the device time and the batches' cost
       expect(none.reads).toBeCloseTo(none.readThroughputUs + 7 * none.readBatches, 6);
-      if (decoder === "inline") {
-        // a cost far below a read's device time (the test machine: ≥ 12.5 µs): one wave a batch
-        // shows. At depth 1 a wave is one read (a batch of k ≥ 1 reads shows one, of k < 1, k:
-        // what readBatches counts); at a depth no batch reaches, every read
-        const atDepth = (queueDepth: number, requestUs: number) => tokenTime(inp.shape, mem, fakeMachine({ inline: { layerUs: 10, neuronNs: 0, batchUs: 7, requestUs } }), { ...o, decoder, queueDepth });
-        for (const [depth, shown] of [[1, none.readBatches], [1e9, none.readsPerToken]] as const)
-          expect(atDepth(depth, 0.001).reads - atDepth(depth, 0).reads).toBeCloseTo(0.001 * shown, 6);
-        // a cost far above it: beyond the device time, every request's cost; in batches of one
-        // wave each, after the device time
-        expect(huge.reads / (7 * huge.readBatches + 1e6 * huge.readsPerToken)).toBeCloseTo(1, 4);
-        const wave = atDepth(1e9, 1e6);
-        expect(wave.reads / (wave.readThroughputUs + 7 * wave.readBatches + 1e6 * wave.readsPerToken)).toBeCloseTo(1, 12);
-      } else {
-        expect(small.reads - none.reads).toBeCloseTo(0.001 * none.readsPerToken, 6);
-        expect(huge.reads / (none.reads + 1e6 * huge.readsPerToken)).toBeCloseTo(1, 5);
-      }
+      expect(small.reads - none.reads).toBeCloseTo(0.001 * none.readsPerToken, 6);
+      expect(huge.reads / (none.reads + 1e6 * huge.readsPerToken)).toBeCloseTo(1, 5);
     }
+  });
+
+  it("a batch's read time from the probe's batch rows, by hand: linear in reads, log depth and log block size; one wave the same at every depth; beyond the largest batch, the full queue's rate", () => {
+    const m = fakeMachine();
+    const rows = (blockBytes: number, queueDepth: number, us: [number, number][]) =>
+      us.map(([batch, t]) => ({ kind: "random" as const, blockBytes, queueDepth, batch, readsPerSecond: (batch / t) * 1e6, GBps: 0 }));
+    // 4 KiB at depth 32: batches of 1, 16, 32 take 100, 400, 600 µs; the full queue (128 a call) 80K/s: 1,600 µs
+    // 4 KiB at depth 128: batches of 1, 64 take 100, 500 µs; the full queue (512 a call) 80K/s: 6,400 µs
+    m.disk!.rates = [...m.disk!.rates!, ...rows(4096, 32, [[1, 100], [16, 400], [32, 600]]), ...rows(4096, 128, [[1, 100], [64, 500]])];
+    expect(batchReadUs(m, 4096, 32, 0.5)).toBeCloseTo(50, 6);
+    expect(batchReadUs(m, 4096, 32, 24)).toBeCloseTo(500, 6);
+    expect(batchReadUs(m, 4096, 32, 64)).toBeCloseTo(600 + ((64 - 32) / (128 - 32)) * 1000, 6);
+    expect(batchReadUs(m, 4096, 32, 200)).toBeCloseTo(1600 + 72 * 12.5, 6);
+    // a batch no deeper than the queue is one wave at any depth: at depth 128 a batch of 16 or
+    // 24 takes what depth 32 measured for it (the mean of both depths' batches of one: 100)
+    expect(batchReadUs(m, 4096, 128, 16)).toBeCloseTo(400, 6);
+    expect(batchReadUs(m, 4096, 128, 24)).toBeCloseTo(500, 6);
+    // depth 64, halfway in log between 32 and 128: k = 64 is 933.3 and 500
+    expect(batchReadUs(m, 4096, 64, 64)).toBeCloseTo((600 + (32 / 96) * 1000 + 500) / 2, 6);
+    // only 4 KiB has batch rows: every block size reads as 4 KiB; held beyond the depths
+    expect(batchReadUs(m, 65536, 8, 24)).toBeCloseTo(500, 6);
+    // a probe without batch rows: k ÷ the rate at depth min(k, depth) (the test machine: 10K/s at 1, 80K/s from 8)
+    const old = fakeMachine();
+    expect(batchReadUs(old, 4096, 32, 1)).toBeCloseTo(100, 6);
+    expect(batchReadUs(old, 4096, 32, 64)).toBeCloseTo(800, 6);
   });
 
   it("everything resident: the hand computation from the test machine's rates", () => {

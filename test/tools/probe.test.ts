@@ -63,17 +63,27 @@ describe("probe", () => {
     }
   }, 120_000);
 
-  it("reads: sequential by block size and random by block size x depth, each rate = its reads x block; the 4 KiB depth-32 rate within 3x of measureDisk's", () => {
+  it("reads: sequential by block size, random by block size x depth and by batch size, each rate = its reads x block; the 4 KiB depth-32 rate within 3x of measureDisk's", () => {
     const rates = measureReadRates(file, 0.05);
     const seq = rates.filter((r) => r.kind === "sequential"), rnd = rates.filter((r) => r.kind === "random");
     expect(seq.map((r) => r.blockBytes)).toEqual([128 * 1024, 2 ** 20, 4 * 2 ** 20]);
-    expect(rnd.length).toBe(16);
+    // random: 4 block sizes × 4 depths of full queues, and batches of 1–256 below a full queue's
+    // 4 × depth at 4, 8 and 64 KiB × depths 8, 32, 128 (3 + 5 + 7 each)
+    expect(rnd.filter((r) => r.batch === undefined).length).toBe(16);
+    expect(rnd.filter((r) => r.batch !== undefined).map((r) => `${r.blockBytes}/${r.queueDepth}/${r.batch}`)).toEqual(
+      [4096, 8192, 65536].flatMap((b) => [8, 32, 128].flatMap((d) => [1, 4, 16, 32, 64, 128, 256].filter((k) => k < Math.max(4 * d, 16)).map((k) => `${b}/${d}/${k}`))),
+    );
+    // a batch of one read has one in flight, as the full queue of depth 1 does: within 3x
+    const one = rnd.find((r) => r.blockBytes === 4096 && r.queueDepth === 8 && r.batch === 1)!;
+    const depth1 = rnd.find((r) => r.blockBytes === 4096 && r.queueDepth === 1 && r.batch === undefined)!;
+    expect(one.readsPerSecond / depth1.readsPerSecond).toBeGreaterThan(1 / 3);
+    expect(one.readsPerSecond / depth1.readsPerSecond).toBeLessThan(3);
     for (const r of rates) {
       expect(r.readsPerSecond).toBeGreaterThan(0);
       expect(r.GBps).toBeCloseTo((r.readsPerSecond * r.blockBytes) / 1e9, 9);
     }
     const d = measureDisk(file, { seqBytes: 32 * 2 ** 20, randomReads: 4000 });
-    const r4 = rnd.find((r) => r.blockBytes === 4096 && r.queueDepth === 32)!;
+    const r4 = rnd.find((r) => r.blockBytes === 4096 && r.queueDepth === 32 && r.batch === undefined)!;
     expect(r4.readsPerSecond).toBeGreaterThan(d.random4kIops / 3);
     expect(r4.readsPerSecond).toBeLessThan(d.random4kIops * 3);
   }, 120_000);
@@ -110,7 +120,7 @@ describe("neuronpipe probe", () => {
     const b = JSON.parse(readFileSync(join(dir, "cache", "machine.json"), "utf8")) as MachineBounds;
     expect(b.version).toBe(2);
     expect(b.memory.map((m) => m.threads)[0]).toBe(1);
-    expect(b.disk?.rates?.length).toBe(19);
+    expect(b.disk?.rates?.length).toBe(64); // 3 sequential, 16 random full queues, 45 random batches
     expect(b.kernels?.length).toBe(16);
     expect(b.workingSets?.length).toBe(6);
     // the matvec by shape: every shape measured, and the costs the time model fits from them are
