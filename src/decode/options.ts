@@ -29,7 +29,12 @@ export interface OpenOptions {
   /** Neurons per hot cluster (default 32), hot-region share of the cache (0.75). */
   clusterSize?: number;
   hotShare?: number;
-  /** Share of a non-resident hot cluster that must be predicted to read it whole (default 0.5: one sequential read of C bundles costs about C/2 random 4 KiB reads at queue depth 32 here). */
+  /**
+   * Share of a non-resident hot cluster that must be predicted to read it whole (e.g. 0.5: one
+   * sequential read of C bundles costs about C/2 random 4 KiB reads at queue depth 32 here).
+   * Default: none is read after the load; the hot region keeps the clusters the load put there
+   * (on the shipped model at 25% of the FFN 5–10% faster than 0.5, docs/benchmarks.md).
+   */
   clusterAdmit?: number;
   /** Neurons per I/O staging buffer (default 1% of the budget, 256..2048). */
   stagingNeurons?: number;

@@ -21,8 +21,12 @@ export interface PlanOptions {
   clusterSize: number;
   /** Largest share of the neuron cache given to hot clusters; the rest is the cold region. */
   hotShare: number;
-  /** A non-resident hot cluster is read whole when at least this share of it is predicted; else its neurons go the cold path. */
-  clusterAdmit: number;
+  /**
+   * A non-resident hot cluster is read whole when at least this share of it is predicted; else its
+   * neurons go the cold path. Absent (the default): the hot region holds the clusters the load put
+   * there and no others, as the planner models it.
+   */
+  clusterAdmit?: number;
   /** Neurons handled per I/O batch in the cold path (staging buffer size). */
   stagingNeurons: number;
   /** Predictors held in memory (false: the oracle computes every gate and needs none). */
@@ -54,7 +58,7 @@ export function planOptions(cfg: ModelConfig, o: Partial<PlanOptions> = {}): Pla
     batchSize: o.batchSize ?? 32,
     clusterSize: o.clusterSize ?? 32,
     hotShare: o.hotShare ?? 0.75,
-    clusterAdmit: o.clusterAdmit ?? 0.5,
+    ...(o.clusterAdmit !== undefined && { clusterAdmit: o.clusterAdmit }),
     stagingNeurons: o.stagingNeurons ?? 256,
     predictor: o.predictor ?? true,
     pinGates: o.pinGates ?? "auto",

@@ -3,7 +3,8 @@
 //   arena  (slots, slotBytes): slot s = [gate row | up row | down column] of one neuron
 //          slots [0, hotSlots)       hot region: frames of `clusterSize` neurons, a frame holds one
 //                                    cluster (consecutive pack positions of one layer, hot-first),
-//                                    loaded in one sequential read, evicted per cluster (LRU)
+//                                    loaded in one sequential read at load; with clusterAdmit,
+//                                    also later, evicted per cluster (LRU)
 //          slots [hotSlots, slots)   cold region: single neurons, per-neuron LRU, loaded in two
 //                                    phases (gate block; up+down block only if the neuron fires)
 //
@@ -89,7 +90,7 @@ export class NeuronCache {
   /** Bytes read while filling the hot region at load time (not part of per-token stats). */
   preloadBytes = 0;
   readonly slotBytes: number;
-  readonly hotLimit: Int32Array; // per layer: pack positions below are hot (cluster-loaded)
+  readonly hotLimit: Int32Array; // per layer: pack positions below are hot (cluster-loaded; without clusterAdmit, the clusters preload loaded)
 
   private readonly n: NativeAddon;
   private readonly nFF: number;
@@ -130,7 +131,7 @@ export class NeuronCache {
     this.nFF = nFF;
     this.C = plan.clusterSize;
     this.slotBytes = plan.slotBytes;
-    this.admit = Math.max(1, Math.ceil(plan.clusterSize * plan.options.clusterAdmit));
+    this.admit = plan.options.clusterAdmit === undefined ? Infinity : Math.max(1, Math.ceil(plan.clusterSize * plan.options.clusterAdmit));
     const N = nLayer * nFF;
     const clusters = N / this.C;
     const S = plan.slots;
@@ -204,6 +205,14 @@ export class NeuronCache {
     }
     cand.sort((a, b) => b.w - a.w || a.l - b.l || a.q - b.q);
     const take = cand.slice(0, F);
+    if (this.admit === Infinity && this.plan.ffnResident < 1) {
+      // no cluster is admitted later: the hot region is what is loaded now, and each layer's hot
+      // positions the clusters it gets (a prefix: a layer's clusters are in falling firings)
+      const loaded = new Int32Array(nLayer);
+      for (const c of take) loaded[c.l]!++;
+      for (const c of take) if (c.q >= loaded[c.l]!) throw new Error(`neuron cache: hot cluster ${c.q} of layer ${c.l} is not in its layer's first ${loaded[c.l]} (internal error)`);
+      for (let l = 0; l < nLayer; l++) this.hotLimit[l] = Math.min(this.nFF, loaded[l]! * this.C);
+    }
     take.sort((a, b) => a.l - b.l || a.q - b.q); // file order: sequential reads
     let done = 0;
     for (const c of take) {
