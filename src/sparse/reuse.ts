@@ -12,9 +12,9 @@
 // a phrase), which a one-token chain fitted to consecutive overlap does not see. Both are kept
 // per layer and class of firing rate (quarter decades), pooled over the class (recent over its
 // neurons' tokens, firedRecent over its firings, so the class's totals at a measured span are
-// exact: Σ_i recent_i and Σ_i p_i·firedRecent_i), at spans 1, 2, 3, 4, 6, 8, 12, … up to half the profile's
-// window. A span is counted only at positions whose T tokens before lie in the same window (each
-// window is a fresh context), so no firing before the window is ever guessed at.
+// exact: Σ_i recent_i and Σ_i p_i·firedRecent_i), at spans 1, 2, 3, 4, 6, 8, 12, … up to half
+// the profile's window. A span is counted only at positions whose T tokens before lie in the
+// same window (each window is a fresh context), so no firing before the window is guessed at.
 
 /** Classes of firing rate: quarter decades from 1e-6 to 1. */
 export const REUSE_RATE_CLASSES = 24;
