@@ -43,7 +43,7 @@
 // against WindowCache's own policy and the decoders on the 7B and the default model:
 // docs/benchmarks.md, "why the 7B's predictions miss".
 import type { Pack } from "../sparse/pack/format.js";
-import { reuseAt, type FiringReuse } from "../sparse/reuse.js";
+import { reuseCurve, type FiringReuse } from "../sparse/reuse.js";
 
 export interface ProfileRates {
   nLayer: number;
@@ -216,18 +216,22 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     const b = p * (1 - rhoOf[l]!);
     return (1 - p) * Math.pow(1 - b, T - 1) * (holdsFlags ? Math.pow(1 - f, T) : 1);
   };
-  // the profile's measured reuse, where firings alone decide residency (the window's flags do not)
+  // the profile's measured reuse, where firings alone decide residency (the window's flags do
+  // not): per bucket, its layer's and rate class's curves, looked up once for every T asked
   const reuse = holdsFlags ? undefined : r.reuse;
-  const measured = (which: "recent" | "firedRecent", p: number, l: number, T: number) => (reuse ? reuseAt(reuse, which, l, p, T) : undefined);
-  const silent = (p: number, f: number, l: number, T: number) => {
-    const recent = measured("recent", p, l, T);
-    return recent === undefined ? chainSilent(p, f, l, T) : 1 - recent;
+  const curves = reuse
+    ? layerOf.map((l, b) => ({ recent: reuseCurve(reuse, "recent", l, fireSum[b]! / count[b]!), fired: reuseCurve(reuse, "firedRecent", l, fireSum[b]! / count[b]!) }))
+    : undefined;
+  /** P(no access that keeps the neuron in T tokens): bucket b's measurement where there is one, else the chain. */
+  const silent = (p: number, f: number, l: number, T: number, b?: number) => {
+    const recent = b === undefined ? undefined : curves?.[b]!.recent;
+    return recent ? 1 - recent(T) : chainSilent(p, f, l, T);
   };
-  const occupancy = (p: number, f: number, l: number, T: number) => (T >= 1 ? 1 - silent(p, f, l, T) : T * (1 - silent(p, f, l, 1)));
+  const occupancy = (p: number, f: number, l: number, T: number, b: number) => (T >= 1 ? 1 - silent(p, f, l, T, b) : T * (1 - silent(p, f, l, 1, b)));
   const cap = shape.window ?? Infinity;
   const held = (T: number) => {
     let s = 0;
-    for (let b = 0; b < count.length; b++) s += count[b]! * occupancy(fireSum[b]! / count[b]!, flagSum[b]! / count[b]!, layerOf[b]!, Math.min(T, cap));
+    for (let b = 0; b < count.length; b++) s += count[b]! * occupancy(fireSum[b]! / count[b]!, flagSum[b]! / count[b]!, layerOf[b]!, Math.min(T, cap), b);
     return s;
   };
   let T = Infinity;
@@ -251,10 +255,11 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
    * it; kept < 1 (the cache holds a share of a token's accesses): from every access missing at 0
    * to those after one silent token at 1.
    */
-  const missesAt = (p: number, f: number, l: number, T: number): [fire: number, access: number] => {
-    const s = silent(p, f, l, T);
-    const hit = measured("firedRecent", p, l, T);
-    if (hit !== undefined) {
+  const missesAt = (p: number, f: number, l: number, T: number, b?: number): [fire: number, access: number] => {
+    const s = silent(p, f, l, T, b);
+    const fired = b === undefined ? undefined : curves?.[b]!.fired;
+    if (fired) {
+      const hit = fired(T);
       // a firing misses when the neuron had not fired in the T tokens before; a flag without a
       // firing when it had not either
       const fire = p * (1 - hit);
@@ -263,17 +268,17 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     const fireNext = p * (1 - rhoOf[l]!); // P(fire | the token before was silent)
     return [s * fireNext, s * (fireNext + (1 - fireNext) * f)];
   };
-  const missesOf = (p: number, f: number, l: number): [fire: number, access: number] => {
+  const missesOf = (p: number, f: number, l: number, b?: number): [fire: number, access: number] => {
     if (kept === Infinity) return [0, 0];
-    if (kept >= 1) return missesAt(p, f, l, kept);
-    const [fire1, access1] = missesAt(p, f, l, 1);
+    if (kept >= 1) return missesAt(p, f, l, kept, b);
+    const [fire1, access1] = missesAt(p, f, l, 1, b);
     const rate = access(p, f);
     return [p - kept * (p - fire1), rate - kept * (rate - access1)];
   };
   let accessMisses = 0;
   for (let b = 0; b < count.length; b++) {
     const l = layerOf[b]!;
-    const [fire, flag] = missesOf(fireSum[b]! / count[b]!, flagSum[b]! / count[b]!, l);
+    const [fire, flag] = missesOf(fireSum[b]! / count[b]!, flagSum[b]! / count[b]!, l, b);
     const fireMiss = count[b]! * fire;
     const flagMiss = count[b]! * flag;
     if (shape.window !== undefined) {

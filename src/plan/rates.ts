@@ -99,6 +99,57 @@ export function readRate(m: MachineBounds, blockBytes: number, depth: number): n
   return interp(byBlock, Math.max(4096, blockBytes));
 }
 
+/** Reads per call of a read-rate row. */
+const readsPerCall = (r: ReadRate) => r.batch ?? steadyBatch(r.queueDepth);
+
+/** The probe's batch rows as points (reads, µs) by block size and depth: what batchReadUs interpolates. */
+interface BatchTable {
+  blocks: number[];
+  /** block size → its measured depths, ascending */
+  depths: Map<number, number[]>;
+  /** `${block}/${depth}` → (reads per call, µs), ascending */
+  points: Map<string, (readonly [number, number])[]>;
+}
+
+/** Built once per read table (the planner asks for thousands of batches); null: no batch rows. */
+const batchTables = new WeakMap<readonly ReadRate[], BatchTable | null>();
+
+function batchTable(rates: readonly ReadRate[]): BatchTable | null {
+  const known = batchTables.get(rates);
+  if (known !== undefined) return known;
+  const random = rates.filter((r) => r.kind === "random");
+  const batched = random.filter((r) => random.some((b) => b.batch !== undefined && b.blockBytes === r.blockBytes && b.queueDepth === r.queueDepth));
+  let table: BatchTable | null = null;
+  if (batched.length > 0) {
+    const us = (r: ReadRate) => (readsPerCall(r) / r.readsPerSecond) * 1e6;
+    const blocks = [...new Set(batched.map((r) => r.blockBytes))].sort((a, b) => a - b);
+    const depths = new Map<number, number[]>();
+    const points = new Map<string, (readonly [number, number])[]>();
+    for (const block of blocks) {
+      const ofBlock = batched.filter((r) => r.blockBytes === block);
+      const ds = [...new Set(ofBlock.map((r) => r.queueDepth))].sort((x, y) => x - y);
+      depths.set(block, ds);
+      const sizes = [...new Set(ofBlock.map(readsPerCall))];
+      // a batch no deeper than the queue is submitted whole at any depth, so those are the mean
+      // over every depth that holds them (one measurement of one thing, not a difference between
+      // depths); deeper batches and the full queue at d
+      for (const d of ds) {
+        const pts = sizes
+          .map((n) => {
+            const same = ofBlock.filter((r) => readsPerCall(r) === n && (n <= d ? n <= r.queueDepth : r.queueDepth === d));
+            return [n, same.reduce((a, r) => a + us(r), 0) / same.length] as const;
+          })
+          .filter(([, u]) => Number.isFinite(u))
+          .sort((a, b) => a[0] - b[0]);
+        points.set(`${block}/${d}`, pts);
+      }
+    }
+    table = { blocks, depths, points };
+  }
+  batchTables.set(rates, table);
+  return table;
+}
+
 /**
  * µs one batch of k random reads of `blockBytes` takes at queue depth `depth` (submitted together,
  * waited for): from the probe's batch rows, piecewise linear in k (below one read, k × one read's
@@ -109,25 +160,11 @@ export function readRate(m: MachineBounds, blockBytes: number, depth: number): n
  */
 export function batchReadUs(m: MachineBounds, blockBytes: number, depth: number, k: number): number {
   if (k <= 0) return 0;
-  const rows = (m.disk?.rates ?? []).filter((r) => r.kind === "random");
-  if (!rows.some((r) => r.batch !== undefined)) return (k / readRate(m, blockBytes, Math.max(1, Math.min(k, depth)))) * 1e6;
-  const batched = rows.filter((r) => rows.some((b) => b.batch !== undefined && b.blockBytes === r.blockBytes && b.queueDepth === r.queueDepth));
-  const us = (r: ReadRate) => ((r.batch ?? steadyBatch(r.queueDepth)) / r.readsPerSecond) * 1e6;
-  /**
-   * µs at one measured block size and depth, by k: a batch no deeper than the queue is submitted
-   * whole at any depth, so those are the mean over every depth that holds them (one measurement
-   * of one thing, not a difference between depths); deeper batches and the full queue at d.
-   */
+  const table = m.disk?.rates ? batchTable(m.disk.rates) : null;
+  if (!table) return (k / readRate(m, blockBytes, Math.max(1, Math.min(k, depth)))) * 1e6;
+  /** µs at one measured block size and depth, piecewise linear in k */
   const at = (block: number, d: number) => {
-    const rows = batched.filter((r) => r.blockBytes === block);
-    const sizes = [...new Set(rows.map((r) => r.batch ?? steadyBatch(r.queueDepth)))];
-    const pts = sizes
-      .map((n) => {
-        const same = rows.filter((r) => (r.batch ?? steadyBatch(r.queueDepth)) === n && (n <= d ? n <= r.queueDepth : r.queueDepth === d));
-        return [n, same.reduce((a, r) => a + us(r), 0) / same.length] as const;
-      })
-      .filter(([, u]) => Number.isFinite(u))
-      .sort((a, b) => a[0] - b[0]);
+    const pts = table.points.get(`${block}/${d}`)!;
     if (k <= pts[0]![0]) return (k / pts[0]![0]) * pts[0]![1];
     for (let i = 1; i < pts.length; i++) {
       const [k1, u1] = pts[i]!;
@@ -150,11 +187,7 @@ export function batchReadUs(m: MachineBounds, blockBytes: number, depth: number,
     }
     return f(xs[xs.length - 1]!);
   };
-  const blocks = [...new Set(batched.map((r) => r.blockBytes))].sort((a, b) => a - b);
-  return between(blocks, Math.max(4096, blockBytes), (b) => {
-    const depths = [...new Set(batched.filter((r) => r.blockBytes === b).map((r) => r.queueDepth))].sort((x, y) => x - y);
-    return between(depths, depth, (d) => at(b, d));
-  });
+  return between(table.blocks, Math.max(4096, blockBytes), (b) => between(table.depths.get(b)!, depth, (d) => at(b, d)));
 }
 
 /** Log-log interpolation in sorted points, flat beyond the ends. */

@@ -140,26 +140,35 @@ export class ReuseCounter {
 }
 
 /**
- * `which` for layer l's class of rate p at span T (T ≥ 1): interpolated in log T between the
- * measured spans; below the first, its value; beyond the last, what is not yet reached decays as
- * with independent tokens, (1 − v)·(1 − p)^(T − last); undefined when the class has no measurement.
+ * `which` for layer l's class of rate p, as a function of the span T (T ≥ 1): interpolated in
+ * log T between the measured spans; below the first, its value; beyond the last, what is not yet
+ * reached decays as with independent tokens, (1 − v)·(1 − p)^(T − last); undefined when the class
+ * has no measurement. The class's spans are looked up once, for a caller that asks at many T.
  */
-export function reuseAt(reuse: FiringReuse, which: "recent" | "firedRecent", l: number, p: number, T: number): number | undefined {
+export function reuseCurve(reuse: FiringReuse, which: "recent" | "firedRecent", l: number, p: number): ((T: number) => number) | undefined {
   const K = reuse.spans.length;
   const base = (l * REUSE_RATE_CLASSES + reuseClassOf(p)) * K;
   const v = reuse[which];
-  let below = -1;
-  let above = -1;
+  const xs: number[] = [];
+  const logs: number[] = [];
+  const ys: number[] = [];
   for (let k = 0; k < K; k++) {
     if (!Number.isFinite(v[base + k]!)) continue;
-    if (reuse.spans[k]! <= T) below = k;
-    else if (above < 0) above = k;
+    xs.push(reuse.spans[k]!);
+    logs.push(Math.log2(reuse.spans[k]!));
+    ys.push(v[base + k]!);
   }
-  if (below < 0 && above < 0) return undefined;
-  if (below < 0) return v[base + above]!;
-  if (above < 0) return 1 - (1 - v[base + below]!) * Math.pow(1 - Math.min(1, p), T - reuse.spans[below]!);
-  const a = Math.log2(reuse.spans[below]!);
-  const b = Math.log2(reuse.spans[above]!);
-  const w = (Math.log2(T) - a) / (b - a);
-  return v[base + below]! * (1 - w) + v[base + above]! * w;
+  if (xs.length === 0) return undefined;
+  const last = xs.length - 1;
+  return (T) => {
+    let i = last;
+    while (i >= 0 && xs[i]! > T) i--; // the last measured span ≤ T
+    if (i < 0) return ys[0]!;
+    if (i === last) return 1 - (1 - ys[last]!) * Math.pow(1 - Math.min(1, p), T - xs[last]!);
+    const w = (Math.log2(T) - logs[i]!) / (logs[i + 1]! - logs[i]!);
+    return ys[i]! * (1 - w) + ys[i + 1]! * w;
+  };
 }
+
+/** `which` for layer l's class of rate p at span T (T ≥ 1), as reuseCurve has it; undefined when the class has no measurement. */
+export const reuseAt = (reuse: FiringReuse, which: "recent" | "firedRecent", l: number, p: number, T: number): number | undefined => reuseCurve(reuse, which, l, p)?.(T);
