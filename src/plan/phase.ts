@@ -49,7 +49,7 @@ export class PhaseMeter {
     // working-set curve), not the curve's own point: the two are separate passes of the probe and
     // differ (this VM: 32.7 and 37.8 GB/s at 528 MiB), and the check corrects the model's rate
     this.probedGBps = kernelRate(m, GGMLType.Q4_0, "matvec", native().getThreads(), near.bytes);
-    this.probedReads = m.disk?.rates?.find((r) => r.kind === READ_POINT.kind && r.blockBytes === READ_POINT.blockBytes && r.queueDepth === READ_POINT.queueDepth)?.readsPerSecond;
+    this.probedReads = m.disk?.rates?.find((r) => r.kind === READ_POINT.kind && r.blockBytes === READ_POINT.blockBytes && r.queueDepth === READ_POINT.queueDepth && r.batch === undefined)?.readsPerSecond;
     const { n, cols } = this;
     const t = GGMLType.Q4_0;
     this.matrixBytes = n.rowBytes(t, cols) * cols;

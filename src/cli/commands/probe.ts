@@ -2,9 +2,8 @@
 // block size and queue depth on a file's storage, each kernel per weight type, message round
 // trips — and keep it in the cache (docs/formats.md, "machine.json").
 import { existsSync } from "node:fs";
-import { cachedMachine, machineCachePath, type MachineBounds } from "../../plan/machine.js";
 import { dirname } from "node:path";
-import { keepMachine } from "../../plan/machine.js";
+import { cachedMachine, keepMachine, machineCachePath, steadyBatch, type MachineBounds } from "../../plan/machine.js";
 import { KernelSampler, probeMachine } from "../../plan/probe.js";
 import { CALIBRATION_ROUNDS, calibrateDecoders } from "../../tools/calibrate.js";
 import { UsageError, type Command } from "../command.js";
@@ -75,9 +74,12 @@ export function formatProbe(b: MachineBounds, measured: boolean): string {
   lines.push(`memory read: ${b.memory.map((m) => `${m.readGBps.toFixed(1)} GB/s on ${m.threads}`).join(", ")} thread(s)`);
   if (b.disk?.rates) {
     lines.push(`reads (${b.disk.backend}${b.disk.directIO ? ", O_DIRECT" : ""}; ${b.disk.path}):`);
-    lines.push("  kind        block   depth   reads/s     GB/s");
+    // per call: reads submitted together and waited for (a full queue's refills, or a decoder's batch)
+    lines.push("  kind        block   depth  per call   reads/s     GB/s");
     for (const r of b.disk.rates)
-      lines.push(`  ${r.kind.padEnd(10)} ${`${r.blockBytes / 1024} KiB`.padStart(8)} ${String(r.queueDepth).padStart(6)} ${Math.round(r.readsPerSecond).toString().padStart(9)} ${r.GBps.toFixed(2).padStart(8)}`);
+      lines.push(
+        `  ${r.kind.padEnd(10)} ${`${r.blockBytes / 1024} KiB`.padStart(8)} ${String(r.queueDepth).padStart(6)} ${String(r.batch ?? steadyBatch(r.queueDepth)).padStart(9)} ${Math.round(r.readsPerSecond).toString().padStart(9)} ${r.GBps.toFixed(2).padStart(8)}`,
+      );
   } else lines.push("reads: not measured (--file PATH)");
   if (b.kernels) {
     lines.push(`kernels (${b.kernels[0]?.threads ?? "?"} threads): GB/s of weights (matvec, gather and axpy over 10% of the rows), GFLOP/s (matmul, 64 tokens)`);
