@@ -132,6 +132,9 @@ export interface CalibrationRun {
   flagged: number;
   measuredUs: number;
   modelledUs: number;
+  /** Read requests per token: as the decoder counted them, and as the cache model forecast them (older probes: absent). */
+  measuredReads?: number;
+  forecastReads?: number;
   /** Older probes: absent. */
   perUnit?: Record<DecoderCost, number>;
 }

@@ -18,12 +18,13 @@
 //   a 1024×1024 matrix reads at about half the rate of a 4096×4096 one)
 //   host        the decoder's own cost on the calling thread: µs per layer + ns per flagged
 //               neuron (cache lookups, chunking, task messages), calibrated by the probe on the
-//               shipped model with everything resident (tools/calibrate.ts)
+//               shipped model (tools/calibrate.ts)
 //   reads       per layer, the cache model's misses (cache-model.ts) as requests of a gate block,
 //               an up+down block or a bundle, each kind one batch: the time the probe measured
 //               for a batch of that many reads of that block size at the queue's depth, + the
 //               decoder's calibrated costs per batch (handing it over, waking for it) and per
-//               request (choosing a slot, queueing, placing it);
+//               request (choosing a slot, queueing, placing it; inline: for at most REQUEST_WAVE
+//               requests of a batch, beyond them the device's time hides the decoder's);
 //               reads ahead add AHEAD_EXTRA_READS of the up+down reads
 //
 // How the decoders combine them:
@@ -53,6 +54,19 @@ export const AHEAD_SHARE = 0.45;
  * and not fired, 552 more misses); on another machine 54.5 → 61.8 MiB per token (+13%).
  */
 export const AHEAD_EXTRA_READS = 0.14;
+
+/**
+ * The reads of an inline batch whose decoder cost per request (choosing a slot, queueing,
+ * placing it) is not hidden under the device's time for the batch: beyond about this many reads
+ * the device is busy while the decoder handles the rest (the probe's batches of 4 KiB reach their
+ * full-queue rate per read at 32–64). The shipped model's batches hold 4–50 reads, and every
+ * request's cost there adds; the 7B's hold hundreds, where the full cost per request (4.7–7.9 µs
+ * fitted on the shipped model) made its reads at 25% of the FFN 1.4× the 13.5–16.7 µs a read it
+ * measured. The pipeline and blocking pay every request's: the pipeline, fitted without it,
+ * decoded the 7B at 25% and 50% of the FFN at 1.68 and 3.05 tok/s where 2.72 and 6.19 were
+ * predicted (docs/benchmarks.md, run M).
+ */
+export const REQUEST_WAVE = 32;
 
 /** The share of the shorter of compute and reads the pipeline overlaps (7B at 75% of the FFN: 67 ms per token measured where compute and the decoder's cost were ~53 ms and the reads ~17 ms at the probe's rates). */
 export const PIPELINE_OVERLAP = 0.5;
@@ -129,6 +143,11 @@ export interface TimeOptions {
   position: number;
   /** LLMFlash's window (blocking). */
   window: number;
+  /**
+   * The calibration's runs: the reads this run measured ÷ the cache model's forecast (default 1),
+   * so a decoder's fitted costs are its own and not the cache model's error.
+   */
+  readScale?: number;
 }
 
 /** The predicted time of a decode token under a memory plan. */
@@ -181,8 +200,9 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   // fire), submitted together and waited for: the time the probe measured for a batch of that
   // many reads of that block size at the queue's depth (rates.ts batchReadUs: a batch deeper than
   // the queue refills it as reads complete, and its last reads land late), + the decoder's own
-  // cost per batch and per request (choosing a slot, queueing it, placing it: on the calling
-  // thread, before the batch is submitted or after it is read, so it adds)
+  // cost per batch and per request (choosing a slot, queueing it, placing it), inline's for the
+  // first REQUEST_WAVE requests of a batch: fitted on the shipped model's small batches, a cost
+  // per request that did not show in the 7B's batches of hundreds
   // reads ahead (inline, pinned gate rows): the look-ahead's reads start early, and add some
   const ahead = o.decoder === "inline" && o.readAhead && plan.gatesPinned;
   const upDownMisses = fc.upDownMisses.reduce((a, b) => a + b, 0);
@@ -190,10 +210,12 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   let batches = 0;
   let readBytes = 0;
   let requests = 0;
-  const batch = (k: number, block: number) => {
+  const scale = o.readScale ?? 1;
+  const batch = (k0: number, block: number) => {
+    const k = k0 * scale;
     if (k <= 0.01) return;
     throughput += batchReadUs(m, block, o.queueDepth, k);
-    requests += k;
+    requests += o.decoder === "inline" ? Math.min(k, REQUEST_WAVE) : k;
     batches += Math.min(1, k);
     readBytes += k * block;
   };
@@ -208,21 +230,17 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   // reads ahead (inline, pinned gate rows): every layer also runs the predictor of a layer ahead,
   // computes the pinned gate rows of its flagged neurons that are not resident, and chooses
   // which to read (the decoder's cost per flagged neuron looked ahead)
-  const missShare = fired > 0 ? upDownMisses / fired : 0;
+  const missShare = fired > 0 ? (scale * upDownMisses) / fired : 0;
   const lookAhead = ahead ? predictorPass + us(flagged * missShare * pack.gateBytes, rate(pack.gateType, "gather")) + (flagged * (cal.aheadNeuronNs ?? 0)) / 1e3 : 0;
   const predictor = predictorPass + lookAhead;
   const compute = attention + predictor + gate + upDown + output;
-  let total: number;
   let hidden = 0;
   if (o.decoder === "pipeline") {
     // reads overlap compute on another worker, but not all of them (a layer's compute waits for
     // its own reads): PIPELINE_OVERLAP of the shorter side
     hidden = PIPELINE_OVERLAP * Math.min(reads, compute + host);
-    total = compute + host + reads - hidden;
-  } else if (ahead) {
-    hidden = Math.min(AHEAD_SHARE * reads, compute);
-    total = compute + host + reads - hidden;
-  } else total = compute + host + reads;
+  } else if (ahead) hidden = Math.min(AHEAD_SHARE * reads, compute);
+  const total = compute + host + reads - hidden;
   const exposed = reads - hidden;
   const bottleneck = exposed > compute && exposed > host ? "reads" : host > compute ? "host" : "compute";
   return {
@@ -239,7 +257,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     total,
     tokPerSec: 1e6 / total,
     bottleneck,
-    readsPerToken: fc.requestsPerToken + (ahead ? AHEAD_EXTRA_READS * upDownMisses : 0),
+    readsPerToken: scale * (fc.requestsPerToken + (ahead ? AHEAD_EXTRA_READS * upDownMisses : 0)),
     readBytesPerToken: readBytes,
     flagged,
     fired,

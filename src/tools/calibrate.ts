@@ -2,15 +2,17 @@
 // model (plan/time-model.ts) does not get from kernel and read rates. Each decoder decodes the
 // shipped model's pack — everything resident, with its trained predictor and with the oracle
 // (every neuron flagged), and at a quarter and a half of the FFN resident, with reads; the inline
-// decoder also resident with gate rows pinned, with and without reads ahead. One least-squares
-// fit over those runs, every cost ≥ 0, gives µs per layer, ns per flagged neuron, µs per read
-// batch and per read request beyond the probe's rates, and (inline) ns per flagged neuron looked
-// ahead. Batches and requests are separate because a small model's reads come a few per batch,
-// a large one's hundreds: fitted as requests alone on this model, the batches' cost made the
-// 7B's reads 1.5× the measured (docs/benchmarks.md, "2026-11-26 (night)"). First, attention's cost per
-// head and position beyond its KV bytes, from the two halves of long resident generations.
-// Every run generates what `generate` does by default (128 tokens). Other models and budgets are
-// predicted from these; bench/planner.js measures how well.
+// decoder also resident with gate rows pinned, with and without reads ahead, and at half the FFN
+// with gate rows not pinned, and pinned with reads ahead. Each run is modelled with the reads it
+// counted. One least-squares fit over those runs, every cost ≥ 0, gives µs per layer, ns per
+// flagged neuron, µs per read batch and per read request beyond the probe's rates, and (inline)
+// ns per flagged neuron looked ahead. Batches and requests are
+// separate because a small model's reads come a few per batch, a large one's hundreds: fitted as
+// requests alone on this model, the batches' cost made the 7B's reads 1.5× the measured
+// (docs/benchmarks.md, "2026-11-26 (night)"). First, attention's cost per head and position
+// beyond its KV bytes, from the two halves of long resident generations. Every run generates
+// what `generate` does by default (128 tokens). Other models and budgets are predicted from
+// these; bench/planner.js measures how well.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { loadModel } from "../api/model.js";
@@ -52,25 +54,35 @@ interface Run {
   timed?: [number, number];
 }
 
-/** µs per decode token of a run: the median of 5 sampled generations (seeded; greedy decoding of a small model falls into loops that read nothing) after a 64-token warm-up. */
-async function decodeUs(path: string, run: Run): Promise<number> {
+/** A run as measured: µs per decode token, and read requests per token as the decoder counted them. */
+interface Measured {
+  us: number;
+  reads: number;
+}
+
+/** µs per decode token of a run: the median of 5 sampled generations (seeded; greedy decoding of a small model falls into loops that read nothing) after a 64-token warm-up; and the reads per token over the five. */
+async function decodeUs(path: string, run: Run): Promise<Measured> {
   const tokens = run.tokens ?? TOKENS;
   const model = await loadModel(path, { ...run.o, contextSize: CONTEXT, plan: false });
   const s = model.createSession({ contextSize: CONTEXT });
   const runs: number[] = [];
+  let reads = 0;
   try {
     for (let rep = -1; rep < 5; rep++) {
       s.reset();
       const at: number[] = [];
       for await (const _ of s.generate(PROMPT, { maxTokens: rep < 0 ? 64 : tokens, seed: rep + 1 })) at.push(performance.now());
+      if (rep < 0) model.sparse?.resetStats();
       const [from, to] = run.timed ?? [0, at.length - 1];
       if (rep >= 0) runs.push(((at[Math.min(to, at.length - 1)]! - at[from]!) * 1000) / (Math.min(to, at.length - 1) - from));
     }
+    const r = model.sparse?.report();
+    if (r && r[0]!.tokens > 0) reads = r.reduce((a, x) => a + x.reads, 0) / r[0]!.tokens;
   } finally {
     s.dispose();
     model.dispose();
   }
-  return runs.sort((a, b) => a - b)[2]!;
+  return { us: runs.sort((a, b) => a - b)[2]!, reads };
 }
 
 /** Tokens of the attention runs, timed in two halves of 96 decodes each: early and late positions of the same generations' kind. */
@@ -100,8 +112,8 @@ export async function calibrateDecoders(
   const path = await calibrationPack(cacheDir);
   // first pass: list the runs the fit needs; then measure them in interleaved rounds; then fit
   const wanted = new Map<string, { run: Run; what: string }>();
-  await fit(m, path, async (run, what) => (wanted.set(JSON.stringify(run), { run, what }), 1));
-  const times = new Map<string, number[]>();
+  await fit(m, path, async (run, what) => (wanted.set(JSON.stringify(run), { run, what }), { us: 1, reads: 0 }));
+  const times = new Map<string, Measured[]>();
   const calibrated = openPack(path);
   const shapes = denseShapes(calibrated.file, calibrated.config.nLayer);
   const dense: DenseStepRate[] = [];
@@ -110,8 +122,8 @@ export async function calibrateDecoders(
   for (let round = 0; round <= rounds; round++) {
     for (const [key, { run, what }] of wanted) {
       onStep?.(`${what} (round ${round + 1} of ${rounds + 1})`, done++, total);
-      const us = await decodeUs(path, run);
-      if (round > 0) times.set(key, [...(times.get(key) ?? []), us]);
+      const measured = await decodeUs(path, run);
+      if (round > 0) times.set(key, [...(times.get(key) ?? []), measured]);
     }
     if (round > 0) {
       afterRound?.();
@@ -123,7 +135,9 @@ export async function calibrateDecoders(
   // runs with them, as the planner will
   const denseSteps = shapes && { ...dense[0]!, attentionUs: median(dense.map((d) => d.attentionUs)), outputUs: median(dense.map((d) => d.outputUs)) };
   const mFit = denseSteps ? { ...m, denseSteps: [...(m.denseSteps ?? []).filter((d) => d.key !== denseSteps.key || d.threads !== denseSteps.threads), denseSteps] } : m;
-  return { ...(await fit(mFit, path, async (run) => median(times.get(JSON.stringify(run))!))), denseSteps };
+  // each run: the median of its rounds' µs per token, and of their reads per token
+  const medianRun = (ms: Measured[]): Measured => ({ us: median(ms.map((x) => x.us)), reads: median(ms.map((x) => x.reads)) });
+  return { ...(await fit(mFit, path, async (run) => medianRun(times.get(JSON.stringify(run))!))), denseSteps };
 }
 
 export interface Calibration {
@@ -134,7 +148,7 @@ export interface Calibration {
 }
 
 /** The fit from measured µs per token of each run (`measure`): attention over positions first, then each decoder with it. */
-async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: string) => Promise<number>): Promise<Calibration> {
+async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: string) => Promise<Measured>): Promise<Calibration> {
   const pack = openPack(path);
   const threads = Math.max(...m0.memory.map((x) => x.threads));
   const prompt = createTokenizer(vocabFromGGUF(pack.file)).encode(PROMPT).length;
@@ -151,7 +165,7 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
     for (const timed of [[0, half], [half, ATTENTION_TOKENS - 1]] as [number, number][]) {
       const position = meanPosition(timed[0], timed[1]);
       const t = tokenTime(inp.shape, mem, { ...m0, attention: undefined }, { decoder: "inline", threads, queueDepth: 32, readAhead: false, position, window: 5 });
-      const measuredUs = await measure({ o: { decoder: "inline", predictor: "trained", threads }, tokens: ATTENTION_TOKENS, timed }, `attention at positions ${Math.round(position)}`);
+      const { us: measuredUs } = await measure({ o: { decoder: "inline", predictor: "trained", threads }, tokens: ATTENTION_TOKENS, timed }, `attention at positions ${Math.round(position)}`);
       attentionRuns.push({ position, measuredUs, modelledUs: t.total });
     }
   }
@@ -179,19 +193,28 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
       // read batches of the pinned run at the same budget, half its reads, so the fit can tell a
       // batch's cost from a read's
       ...(decoder === "inline" ? [{ what: "inline decoder with reads, gate rows not pinned (50% resident)", predictor: "trained" as const, budget: withReads[1]!.budget, o: { memory: withReads[1]!.budget, pinGates: false } }] : []),
+      // and with half the FFN, gate rows pinned and reads ahead (the shipped model's default
+      // stages none: its staging would exceed 5% of the cache): the look-ahead's cost per
+      // flagged neuron where it has reads to choose
+      ...(decoder === "inline" ? [{ what: "inline decoder with reads ahead (50% resident)", predictor: "trained" as const, budget: withReads[1]!.budget, o: { memory: withReads[1]!.budget, pinGates: true, readAhead: 128 } }] : []),
     ];
     // each run's modelled token without the decoder's costs, and what one unit of each cost adds
     // to it (the time model is linear in them but for the pipeline's overlap, which the unit
     // steps see from where the run stands)
+    // each run is modelled with the reads it measured (the forecast's misses scaled to them): the
+    // costs fitted are the decoder's, not the cache model's error on the calibration's text
     const runs: CalibrationRun[] = [];
     for (const c of configs) {
       const { pinGates, readAhead } = c.o;
+      const measured = await measure({ o: { decoder, threads, ...c.o } }, c.what);
       const mem = planMemory(pack, c.budget, sparsePlanOptions(pack, decoder, c.budget, { contextSize: CONTEXT, predictor: c.predictor, pinGates, readAhead }));
-      const t = (cal: DecoderCalibration) => tokenTime(inputs[c.predictor].shape, mem, { ...m, decoders: { [decoder]: cal } }, { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position, window: 5 });
+      const timeOptions = { decoder, threads, queueDepth: 32, readAhead: mem.readAheadBytes > 0, position, window: 5 };
+      const forecastReads = tokenTime(inputs[c.predictor].shape, mem, { ...m, decoders: { [decoder]: none } }, timeOptions).readsPerToken;
+      const readScale = forecastReads > 0 && measured.reads > 0 ? measured.reads / forecastReads : 1;
+      const t = (cal: DecoderCalibration) => tokenTime(inputs[c.predictor].shape, mem, { ...m, decoders: { [decoder]: cal } }, { ...timeOptions, readScale });
       const t0 = t(none);
       const perUnit = Object.fromEntries(DECODER_COSTS.map((k) => [k, t({ ...none, [k]: 1 }).total - t0.total])) as Record<DecoderCost, number>;
-      const measuredUs = await measure({ o: { decoder, threads, ...c.o } }, c.what);
-      runs.push({ flagged: t0.flagged, measuredUs, modelledUs: t0.total, perUnit });
+      runs.push({ flagged: t0.flagged, measuredUs: measured.us, modelledUs: t0.total, measuredReads: measured.reads, forecastReads, perUnit });
     }
     // least squares, every cost ≥ 0: measured − modelled = Σ cost · perUnit. The pipeline's
     // reads go through the same cache code as inline's (choosing a slot, queueing, placing), so

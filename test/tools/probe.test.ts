@@ -142,9 +142,22 @@ describe("neuronpipe probe", () => {
     for (const [d, c] of Object.entries(b.decoders!)) {
       const costs = DECODER_COSTS.filter((k) => d === "inline" || k !== "aheadNeuronNs");
       const runs = c.runs!;
-      expect(runs.length).toBe(d === "inline" ? 7 : 4);
+      expect(runs.length).toBe(d === "inline" ? 8 : 4);
+      // the look-ahead's cost per neuron: in the resident run with reads ahead and in the run at 50% with them
+      if (d === "inline") expect(runs.map((r) => r.perUnit!.aheadNeuronNs > 0)).toEqual([false, false, false, false, true, false, false, true]);
       // resident inline runs: a µs per layer is 6 µs of the token (6 layers), a ns per flagged neuron flagged/1000 µs
       if (d === "inline") for (const r of [runs[0]!, runs[1]!]) expect([r.perUnit!.layerUs, r.perUnit!.neuronNs * 1e3]).toEqual([expect.closeTo(6, 6), expect.closeTo(r.flagged, 3)]);
+      // each run modelled with the reads it counted: none resident; with reads, the cache model's
+      // forecast within 35% of them (it is the planner's, measured in test/plan/planner.test.ts),
+      // and a request's cost counted for no more requests than were read
+      for (const r of runs) {
+        if (r.perUnit!.batchUs === 0) expect(r.measuredReads).toBe(0);
+        else {
+          expect(r.measuredReads! / r.forecastReads! - 1).toBeGreaterThan(-0.35);
+          expect(r.measuredReads! / r.forecastReads! - 1).toBeLessThan(0.35);
+          expect(r.perUnit!.requestUs).toBeLessThanOrEqual(r.measuredReads! + 1e-6);
+        }
+      }
       const resid = runs.map((r) => r.measuredUs - r.modelledUs - costs.reduce((a, k) => a + (c[k] ?? 0) * r.perUnit![k], 0));
       const norm = (v: number[]) => Math.sqrt(v.reduce((a, x) => a + x * x, 0));
       const yNorm = norm(runs.map((r) => r.measuredUs - r.modelledUs));
