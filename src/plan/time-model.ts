@@ -23,8 +23,7 @@
 //               an up+down block or a bundle, each kind one batch: the time the probe measured
 //               for a batch of that many reads of that block size at the queue's depth, + the
 //               decoder's calibrated costs per batch (handing it over, waking for it) and per
-//               request (choosing a slot, queueing, placing it; inline: for at most REQUEST_WAVE
-//               requests of a batch, beyond them the device's time hides the decoder's);
+//               request (choosing a slot, queueing, placing it);
 //               reads ahead add AHEAD_EXTRA_READS of the up+down reads
 //
 // How the decoders combine them:
@@ -54,19 +53,6 @@ export const AHEAD_SHARE = 0.45;
  * and not fired, 552 more misses); on another machine 54.5 → 61.8 MiB per token (+13%).
  */
 export const AHEAD_EXTRA_READS = 0.14;
-
-/**
- * The reads of an inline batch whose decoder cost per request (choosing a slot, queueing,
- * placing it) is not hidden under the device's time for the batch: beyond about this many reads
- * the device is busy while the decoder handles the rest (the probe's batches of 4 KiB reach their
- * full-queue rate per read at 32–64). The shipped model's batches hold 4–50 reads, and every
- * request's cost there adds; the 7B's hold hundreds, where the full cost per request (4.7–7.9 µs
- * fitted on the shipped model) made its reads at 25% of the FFN 1.4× the 13.5–16.7 µs a read it
- * measured. The pipeline and blocking pay every request's: the pipeline, fitted without it,
- * decoded the 7B at 25% and 50% of the FFN at 1.68 and 3.05 tok/s where 2.72 and 6.19 were
- * predicted (docs/benchmarks.md, run M).
- */
-export const REQUEST_WAVE = 32;
 
 /** The share of the shorter of compute and reads the pipeline overlaps (7B at 75% of the FFN: 67 ms per token measured where compute and the decoder's cost were ~53 ms and the reads ~17 ms at the probe's rates). */
 export const PIPELINE_OVERLAP = 0.5;
@@ -200,9 +186,12 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   // fire), submitted together and waited for: the time the probe measured for a batch of that
   // many reads of that block size at the queue's depth (rates.ts batchReadUs: a batch deeper than
   // the queue refills it as reads complete, and its last reads land late), + the decoder's own
-  // cost per batch and per request (choosing a slot, queueing it, placing it), inline's for the
-  // first REQUEST_WAVE requests of a batch: fitted on the shipped model's small batches, a cost
-  // per request that did not show in the 7B's batches of hundreds
+  // cost per batch and per request (choosing a slot, queueing it, placing it: on the calling
+  // thread, before the batch is submitted or after it is read, so it adds; traced on the 7B at
+  // 25% of the FFN it was 2–3 µs a request beyond the batch table where the shipped model's small
+  // batches fit 4–8, and charging it for only 32 requests a batch, as a device busy with the rest
+  // would hide it, predicted 2.88 tok/s where 2.24 was measured: docs/benchmarks.md, 2026-11-27
+  // (afternoon))
   // reads ahead (inline, pinned gate rows): the look-ahead's reads start early, and add some
   const ahead = o.decoder === "inline" && o.readAhead && plan.gatesPinned;
   const upDownMisses = fc.upDownMisses.reduce((a, b) => a + b, 0);
@@ -215,7 +204,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     const k = k0 * scale;
     if (k <= 0.01) return;
     throughput += batchReadUs(m, block, o.queueDepth, k);
-    requests += o.decoder === "inline" ? Math.min(k, REQUEST_WAVE) : k;
+    requests += k;
     batches += Math.min(1, k);
     readBytes += k * block;
   };

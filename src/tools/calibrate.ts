@@ -3,8 +3,7 @@
 // shipped model's pack — everything resident, with its trained predictor and with the oracle
 // (every neuron flagged), and at a quarter and a half of the FFN resident, with reads; the inline
 // decoder also resident with gate rows pinned, with and without reads ahead, and at half the FFN
-// with gate rows not pinned, and pinned with reads ahead. Each run is modelled with the reads it
-// counted. One least-squares fit over those runs, every cost ≥ 0, gives µs per layer, ns per
+// with gate rows not pinned. Each run is modelled with the reads it counted. One least-squares fit over those runs, every cost ≥ 0, gives µs per layer, ns per
 // flagged neuron, µs per read batch and per read request beyond the probe's rates, and (inline)
 // ns per flagged neuron looked ahead. Batches and requests are
 // separate because a small model's reads come a few per batch, a large one's hundreds: fitted as
@@ -193,10 +192,6 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
       // read batches of the pinned run at the same budget, half its reads, so the fit can tell a
       // batch's cost from a read's
       ...(decoder === "inline" ? [{ what: "inline decoder with reads, gate rows not pinned (50% resident)", predictor: "trained" as const, budget: withReads[1]!.budget, o: { memory: withReads[1]!.budget, pinGates: false } }] : []),
-      // and with half the FFN, gate rows pinned and reads ahead (the shipped model's default
-      // stages none: its staging would exceed 5% of the cache): the look-ahead's cost per
-      // flagged neuron where it has reads to choose
-      ...(decoder === "inline" ? [{ what: "inline decoder with reads ahead (50% resident)", predictor: "trained" as const, budget: withReads[1]!.budget, o: { memory: withReads[1]!.budget, pinGates: true, readAhead: 128 } }] : []),
     ];
     // each run's modelled token without the decoder's costs, and what one unit of each cost adds
     // to it (the time model is linear in them but for the pipeline's overlap, which the unit
