@@ -187,11 +187,11 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   // many reads of that block size at the queue's depth (rates.ts batchReadUs: a batch deeper than
   // the queue refills it as reads complete, and its last reads land late), + the decoder's own
   // cost per batch and per request (choosing a slot, queueing it, placing it: on the calling
-  // thread, before the batch is submitted or after it is read, so it adds; traced on the 7B at
-  // 25% of the FFN it was 2–3 µs a request beyond the batch table where the shipped model's small
-  // batches fit 4–8, and charging it for only 32 requests a batch, as a device busy with the rest
-  // would hide it, predicted 2.88 tok/s where 2.24 was measured: docs/benchmarks.md, 2026-11-27
-  // (afternoon))
+  // thread, before the batch is submitted or after it is read, so it adds; in the bench's rounds
+  // on the 7B at 25% of the FFN it was 2–3 µs a request beyond the batch table where the shipped
+  // model's small batches fit 4–8, and charging it for only 32 requests a batch, as a device busy
+  // with the rest would hide it, predicted 2.88 tok/s where 2.24 was measured: docs/benchmarks.md,
+  // 2026-11-27 (afternoon))
   // reads ahead (inline, pinned gate rows): the look-ahead's reads start early, and add some
   const ahead = o.decoder === "inline" && o.readAhead && plan.gatesPinned;
   const upDownMisses = fc.upDownMisses.reduce((a, b) => a + b, 0);

@@ -3,15 +3,15 @@
 // shipped model's pack — everything resident, with its trained predictor and with the oracle
 // (every neuron flagged), and at a quarter and a half of the FFN resident, with reads; the inline
 // decoder also resident with gate rows pinned, with and without reads ahead, and at half the FFN
-// with gate rows not pinned. Each run is modelled with the reads it counted. One least-squares fit over those runs, every cost ≥ 0, gives µs per layer, ns per
-// flagged neuron, µs per read batch and per read request beyond the probe's rates, and (inline)
-// ns per flagged neuron looked ahead. Batches and requests are
-// separate because a small model's reads come a few per batch, a large one's hundreds: fitted as
-// requests alone on this model, the batches' cost made the 7B's reads 1.5× the measured
-// (docs/benchmarks.md, "2026-11-26 (night)"). First, attention's cost per head and position
-// beyond its KV bytes, from the two halves of long resident generations. Every run generates
-// what `generate` does by default (128 tokens). Other models and budgets are predicted from
-// these; bench/planner.js measures how well.
+// with gate rows not pinned. Each run is modelled with the reads it counted. One least-squares
+// fit over those runs, every cost ≥ 0, gives µs per layer, ns per flagged neuron, µs per read
+// batch and per read request beyond the probe's rates, and (inline) ns per flagged neuron looked
+// ahead. Batches and requests are separate because a small model's reads come a few per batch,
+// a large one's hundreds: fitted as requests alone on this model, the batches' cost made the
+// 7B's reads 1.5× the measured (docs/benchmarks.md, "2026-11-26 (night)"). First, attention's
+// cost per head and position beyond its KV bytes, from the two halves of long resident
+// generations. Every run generates what `generate` does by default (128 tokens). Other models
+// and budgets are predicted from these; bench/planner.js measures how well.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { loadModel } from "../api/model.js";
