@@ -31,6 +31,9 @@ export interface DiskBound {
 /** Reads per call of a read-rate point without `batch`: 4 × its depth (at least 16), so that most reads are refills of a full queue. */
 export const steadyBatch = (queueDepth: number) => Math.max(queueDepth * 4, 16);
 
+/** Reads per call of a read-rate row or probe point: its batch, else a full queue's refills. */
+export const readsPerCall = (r: { batch?: number; queueDepth: number }) => r.batch ?? steadyBatch(r.queueDepth);
+
 export interface ReadRate {
   kind: "sequential" | "random";
   blockBytes: number;

@@ -6,7 +6,7 @@
 import { statSync } from "node:fs";
 import { Worker } from "node:worker_threads";
 import { GGMLType, native } from "../native.js";
-import { keepMachine, machineCachePath, measureBounds, steadyBatch, type KernelRate, type MachineBounds, type MessageRates, type ReadRate, type ShapeRate, type WorkingSetRate } from "./machine.js";
+import { keepMachine, machineCachePath, measureBounds, readsPerCall, steadyBatch, type KernelRate, type MachineBounds, type MessageRates, type ReadRate, type ShapeRate, type WorkingSetRate } from "./machine.js";
 
 const MiB = 2 ** 20;
 
@@ -64,7 +64,7 @@ export function measureReadRates(path: string, seconds = 0.15, points: readonly 
       const id = n.openLoader(path, { backend: "auto", queueDepth: p.queueDepth, directIO: true });
       try {
         const slots = Math.floor((16 * MiB) / p.blockBytes);
-        const batch = p.batch ?? steadyBatch(p.queueDepth);
+        const batch = readsPerCall(p);
         const blocks = Math.floor(Math.min(size, 2048 * MiB) / p.blockBytes);
         let x = 12345, next = 0;
         const req = new Float64Array(batch * 4);

@@ -5,7 +5,7 @@
 import { computeTypes, tensorBytes } from "../gguf/types.js";
 import { GGMLType } from "../native.js";
 import { nonNegativeLeastSquares } from "./least-squares.js";
-import { steadyBatch, type KernelRate, type MachineBounds, type ReadRate, type ShapeRate } from "./machine.js";
+import { readsPerCall, type KernelRate, type MachineBounds, type ReadRate, type ShapeRate } from "./machine.js";
 
 const { Q4_0 } = GGMLType;
 
@@ -98,9 +98,6 @@ export function readRate(m: MachineBounds, blockBytes: number, depth: number): n
   const byBlock = blocks.map((b) => [b, at(b, depth)] as const);
   return interp(byBlock, Math.max(4096, blockBytes));
 }
-
-/** Reads per call of a read-rate row. */
-const readsPerCall = (r: ReadRate) => r.batch ?? steadyBatch(r.queueDepth);
 
 /** The probe's batch rows as points (reads, µs) by block size and depth: what batchReadUs interpolates. */
 interface BatchTable {

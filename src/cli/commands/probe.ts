@@ -3,7 +3,7 @@
 // trips — and keep it in the cache (docs/formats.md, "machine.json").
 import { existsSync } from "node:fs";
 import { dirname } from "node:path";
-import { cachedMachine, keepMachine, machineCachePath, steadyBatch, type MachineBounds } from "../../plan/machine.js";
+import { cachedMachine, keepMachine, machineCachePath, readsPerCall, type MachineBounds } from "../../plan/machine.js";
 import { KernelSampler, probeMachine } from "../../plan/probe.js";
 import { CALIBRATION_ROUNDS, calibrateDecoders } from "../../tools/calibrate.js";
 import { UsageError, type Command } from "../command.js";
@@ -78,7 +78,7 @@ export function formatProbe(b: MachineBounds, measured: boolean): string {
     lines.push("  kind        block   depth  per call   reads/s     GB/s");
     for (const r of b.disk.rates)
       lines.push(
-        `  ${r.kind.padEnd(10)} ${`${r.blockBytes / 1024} KiB`.padStart(8)} ${String(r.queueDepth).padStart(6)} ${String(r.batch ?? steadyBatch(r.queueDepth)).padStart(9)} ${Math.round(r.readsPerSecond).toString().padStart(9)} ${r.GBps.toFixed(2).padStart(8)}`,
+        `  ${r.kind.padEnd(10)} ${`${r.blockBytes / 1024} KiB`.padStart(8)} ${String(r.queueDepth).padStart(6)} ${String(readsPerCall(r)).padStart(9)} ${Math.round(r.readsPerSecond).toString().padStart(9)} ${r.GBps.toFixed(2).padStart(8)}`,
       );
   } else lines.push("reads: not measured (--file PATH)");
   if (b.kernels) {
