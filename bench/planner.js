@@ -275,7 +275,7 @@ if (defaultAll || parts.has("default-fractions")) {
     // --min-speed: a quarter of the resident speed the planner predicts
     const pack = np.openPack(packPath);
     const inp = packPlannerInput(pack, { contextSize: o.ctx });
-    const m = machineForPlan(packPath);
+    const m = machineForPlan(packPath, pack);
     const limits = { cores: np.native().getThreads(), contextSize: o.ctx };
     const top = planner.makePlan(inp, m, limits);
     const target = Math.round(top.predicted.tokPerSec / 4);
@@ -324,7 +324,7 @@ else {
   // Fig. 9: from the smallest workable budget to everything resident
   const pack = np.openPack(pack7);
   const inp = packPlannerInput(pack, { contextSize: o.ctx });
-  const m = machineForPlan(pack7);
+  const m = machineForPlan(pack7, pack);
   const limits = { cores: np.native().getThreads(), contextSize: o.ctx };
   if (parts.has("fig9")) {
     out.predicted = planner.sweepPlans(inp, m, limits, 16).map((p) => ({ budget: p.memory.budget, tokPerSec: p.predicted.tokPerSec, decoder: p.knobs.decoder }));

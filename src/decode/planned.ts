@@ -47,15 +47,15 @@ export function machineForPlan(modelPath: string, pack?: Pack): MachineBounds {
     m.kernels = measureKernels(0.03);
     keepMachine(m, machineCachePath());
   }
-  return withDenseSteps(m, pack?.file ?? readGGUF(modelPath), machineCachePath());
+  return withDenseSteps(m, pack?.file ?? readGGUF(modelPath), machineCachePath(), pack?.predictor?.[0]?.form);
 }
 
-/** `m` with the dense steps of the model in `file` timed on the pool's threads (once: kept in the probe's cache at `cachePath`). */
-export function withDenseSteps(m: MachineBounds, file: GGUFFile, cachePath: string): MachineBounds {
-  const shapes = denseShapes(file, readConfig(file).nLayer);
+/** `m` with the dense steps of the model in `file` (and its predictor, of `predictorForm`) timed on the pool's threads (once: kept in the probe's cache at `cachePath`). */
+export function withDenseSteps(m: MachineBounds, file: GGUFFile, cachePath: string, predictorForm?: "mlp" | "linear"): MachineBounds {
+  const shapes = denseShapes(file, readConfig(file).nLayer, predictorForm);
   const threads = native().getThreads();
   if (!shapes || m.denseSteps?.some((d) => d.key === shapes.key && d.threads === threads)) return m;
-  const timed = { ...m, denseSteps: [...(m.denseSteps ?? []), timeDenseSteps(m, shapes)] };
+  const timed = { ...m, denseSteps: [...(m.denseSteps ?? []), timeDenseSteps(shapes)] };
   keepMachine(timed, cachePath);
   return timed;
 }

@@ -88,6 +88,8 @@ export interface DenseStepRate {
   threads: number;
   attentionUs: number;
   outputUs: number;
+  /** A pack's trained predictor, all layers (when the key names one). */
+  predictorUs?: number;
   measuredAt: string;
 }
 

@@ -5,7 +5,8 @@
 //   attention   n_layer × attention weights: their matvecs as timed for these shapes (else ÷ the
 //               matvec rate of their type), + the KV cache ÷ memory,
 //               + n_layer × heads × positions × the calibrated cost of a head at a position
-//   predictor   predictor weights ÷ matvec rate (linear: Q8_0; mlp: F32); with reads ahead
+//   predictor   its matvecs and flagging as timed for its shapes (else its weights ÷ matvec rate,
+//               linear: Q8_0; mlp: F32); with reads ahead
 //               (inline) also a pass for a layer ahead, the gate rows of its flagged neurons not
 //               resident, and the decoder's calibrated cost per flagged neuron looked ahead
 //   gate        flagged neurons × gate row ÷ gather rate (oracle: every gate row ÷ matvec rate)
@@ -101,7 +102,7 @@ export interface ModelShape {
   outputType: number;
   predictorType: number;
   rates: ProfileRates;
-  /** The dense matrices (attention, classifier) whose time machine.json's `denseSteps` may hold. */
+  /** The dense matrices (attention, classifier, the pack's predictor) whose time machine.json's `denseSteps` may hold. */
   dense?: DenseShapes;
 }
 
@@ -115,7 +116,7 @@ export function modelShape(pack: Pack, costs: StepCosts, rates: ProfileRates): M
     outputType: f.tensorsByName.has("output.weight") ? t("output.weight") : t("token_embd.weight"),
     predictorType: pack.predictor?.[0]?.type ?? 0,
     rates,
-    dense: denseShapes(f, pack.config.nLayer),
+    dense: denseShapes(f, pack.config.nLayer, pack.predictor?.[0]?.form),
   };
 }
 
@@ -161,9 +162,9 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     (dense ? dense.attentionUs : kernel(nLayer * costs.attentionBytes, mv(s.attentionType), costs.attentionRows ? nLayer * costs.attentionRows : undefined, 4 * nLayer, MATVEC_TABLE_CALL)) +
     us(nLayer * costs.kvBytesPerPosition * positions, memGBps) +
     (nLayer * (costs.attentionHeads ?? 0) * positions * (m.attention?.headPositionNs ?? 0)) / 1e3;
-  // the predictor's short rows go through a blocked kernel whose cost per row the probe does not
-  // measure: only its calls (two per layer) are counted beyond its bytes
-  const predictorPass = rates.oracle ? 0 : kernel(costs.predictorBytes ?? 0, mv(s.predictorType), 0, 2 * nLayer, MATVEC_TABLE_CALL);
+  // the predictor as timed for its shapes (dense-steps.ts), else from its bytes and calls (its
+  // short rows go through a blocked kernel whose cost per row the kernel table does not measure)
+  const predictorPass = rates.oracle ? 0 : (dense?.predictorUs ?? kernel(costs.predictorBytes ?? 0, mv(s.predictorType), 0, 2 * nLayer, MATVEC_TABLE_CALL));
   const gate = rates.oracle
     ? kernel(gateBytes, mv(pack.gateType), nLayer * nFF, nLayer, MATVEC_TABLE_CALL)
     : kernel(gateBytes, rate(pack.gateType, "gather"), flagged, nLayer, gatherTableCall(pack.gateType));

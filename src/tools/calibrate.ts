@@ -114,7 +114,7 @@ export async function calibrateDecoders(
   await fit(m, path, async (run, what) => (wanted.set(JSON.stringify(run), { run, what }), { us: 1, reads: 0 }));
   const times = new Map<string, Measured[]>();
   const calibrated = openPack(path);
-  const shapes = denseShapes(calibrated.file, calibrated.config.nLayer);
+  const shapes = denseShapes(calibrated.file, calibrated.config.nLayer, calibrated.predictor?.[0]?.form);
   const dense: DenseStepRate[] = [];
   const total = wanted.size * (rounds + 1);
   let done = 0;
@@ -126,13 +126,14 @@ export async function calibrateDecoders(
     }
     if (round > 0) {
       afterRound?.();
-      if (shapes) dense.push(timeDenseSteps(m, shapes));
+      if (shapes) dense.push(timeDenseSteps(shapes, 0.3));
     }
   }
   const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1]!;
   // the shipped model's dense steps, each the median of the rounds' timings: the fit models the
   // runs with them, as the planner will
-  const denseSteps = shapes && { ...dense[0]!, attentionUs: median(dense.map((d) => d.attentionUs)), outputUs: median(dense.map((d) => d.outputUs)) };
+  const medianOf = (k: "attentionUs" | "outputUs" | "predictorUs") => (dense[0]![k] === undefined ? undefined : median(dense.map((d) => d[k]!)));
+  const denseSteps = shapes && { ...dense[0]!, attentionUs: medianOf("attentionUs")!, outputUs: medianOf("outputUs")!, predictorUs: medianOf("predictorUs") };
   const mFit = denseSteps ? { ...m, denseSteps: [...(m.denseSteps ?? []).filter((d) => d.key !== denseSteps.key || d.threads !== denseSteps.threads), denseSteps] } : m;
   // each run: the median of its rounds' µs per token, and of their reads per token
   const medianRun = (ms: Measured[]): Measured => ({ us: median(ms.map((x) => x.us)), reads: median(ms.map((x) => x.reads)) });

@@ -23,6 +23,8 @@ afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
 /** The shipped model's shapes, read off its tensors by hand (llama.cpp's names; ne = [cols, rows]): 6 layers, 256 wide, 8 heads of 32 with 4 KV heads, a 4096-token vocabulary, F32. */
 const SHIPPED_KEY = "6 × (F32 256×256, F32 128×256, F32 128×256, F32 256×256); F32 4096×256";
+/** Its pack's linear predictor, read off blk.0.fc1/fc2 by hand: rank 192 over 256, 1,024 neurons, Q8_0. */
+const PACK_KEY = `${SHIPPED_KEY}; predictor linear Q8_0 192×256, Q8_0 1024×192`;
 
 /** The planner tests' machine as this host's (no working-set rates: the dense steps are kept as timed). */
 const machine = (): MachineBounds => ({ ...fakeMachine(), ...machineIdentity() });
@@ -33,6 +35,10 @@ describe("dense steps", () => {
     const pack = openPack(packPath);
     expect(plain.key).toBe(SHIPPED_KEY);
     expect(denseShapes(pack.file, pack.config.nLayer)!.key).toBe(SHIPPED_KEY);
+    const fc1 = pack.file.tensorsByName.get("blk.0.fc1.weight")!;
+    const fc2 = pack.file.tensorsByName.get("blk.0.fc2.weight")!;
+    expect([fc1.ne, fc2.ne, pack.predictor![0]!.form]).toEqual([[256, 192], [192, 1024], "linear"]);
+    expect(denseShapes(pack.file, pack.config.nLayer, "linear")!.key).toBe(PACK_KEY);
     expect(plain.attention.map((m) => [m.rows, m.cols])).toEqual([
       [256, 256],
       [128, 256],
@@ -76,6 +82,42 @@ describe("dense steps", () => {
     expect(timed.attentionUs / median).toBeGreaterThan(0.6);
     expect(timed.attentionUs / median).toBeLessThan(1.6);
     expect(timed.outputUs).toBeGreaterThan(0);
+    expect(timed.predictorUs).toBeUndefined();
+  });
+
+  it("the predictor timed on copies of its shapes, as long as FfnSteps' calls on the pack's real predictor take (within this machine's noise)", () => {
+    const pack = openPack(packPath);
+    const n = native();
+    const mapped = n.mapFile(packPath);
+    const x = n.alloc(1024 * 4);
+    const h = n.alloc(1024 * 4);
+    const y = n.alloc(1024 * 4);
+    const flags = n.alloc(1024 * 4);
+    const reference: number[] = [];
+    try {
+      n.fillUniform(x, 0, 256, 5n, 1);
+      // what FfnSteps.predict does per layer (linear): h = fc1·x̂, s = fc2·h, the flagging against the layer's thresholds
+      const pass = () => {
+        for (const p of pack.predictor!) {
+          n.matvec(p.type, mapped.id, p.fc1Offset, p.hidden, 256, x, 0, h, 0);
+          n.matvec(p.type, mapped.id, p.fc2Offset, 1024, p.hidden, h, 0, y, 0);
+          n.flagAbove(y, 0, mapped.id, p.thresholdsOffset, 1024, flags, 0);
+        }
+      };
+      for (let i = 0; i < 200; i++) pass();
+      for (let k = 0; k < 301; k++) {
+        const t0 = performance.now();
+        pass();
+        reference.push((performance.now() - t0) * 1000);
+      }
+    } finally {
+      for (const id of [mapped.id, x, h, y, flags]) n.free(id);
+    }
+    const median = [...reference].sort((a, b) => a - b)[150]!;
+    const timed = measureDenseSteps(denseShapes(pack.file, pack.config.nLayer, "linear")!, 0.3);
+    expect(timed.key).toBe(PACK_KEY);
+    expect(timed.predictorUs! / median).toBeGreaterThan(0.6);
+    expect(timed.predictorUs! / median).toBeLessThan(1.6);
   });
 
   it("the time model takes the timed steps for the shapes and threads they were timed on, else its kernel rates", () => {
@@ -83,8 +125,10 @@ describe("dense steps", () => {
     const inp = packPlannerInput(pack, { contextSize: 128 });
     const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, inp.optionsFor("inline", Number.MAX_SAFE_INTEGER, { pinGates: false, hotShare: 0.75, clusterSize: 32 }));
     const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 } as const;
-    const m = { ...machine(), denseSteps: [{ key: SHIPPED_KEY, threads: 2, attentionUs: 1000, outputUs: 500, measuredAt: "then" }] };
+    const m = { ...machine(), denseSteps: [{ key: PACK_KEY, threads: 2, attentionUs: 1000, outputUs: 500, predictorUs: 250, measuredAt: "then" }] };
     const t = tokenTime(inp.shape, mem, m, o);
+    expect(inp.shape.dense!.key).toBe(PACK_KEY);
+    expect(t.predictor).toBe(250); // no reads ahead: one pass, as timed
     // by hand: the timed matvecs + the KV cache of 10 positions at 40 GB/s (no head cost calibrated)
     const kv = (6 * inp.shape.costs.kvBytesPerPosition * 10) / (40 * 1e3);
     expect(t.attention).toBeCloseTo(1000 + kv, 9);
@@ -95,6 +139,7 @@ describe("dense steps", () => {
     expect(oneThread.output).not.toBe(500); // timed on 2 threads: not used for 1
     const otherKey = { ...machine(), denseSteps: [{ ...m.denseSteps[0]!, key: "6 × (F16 256×256, …)" }] };
     expect(tokenTime(inp.shape, mem, otherKey, o).output).toBeCloseTo(untimed.output, 9);
+    expect(untimed.predictor).not.toBe(250);
   });
 
   it("timed once per shape set and thread count: the cache holds it and the next plan reuses it", () => {
@@ -105,8 +150,14 @@ describe("dense steps", () => {
     expect(kept.denseSteps).toHaveLength(1);
     expect(kept.denseSteps![0]!.key).toBe(SHIPPED_KEY);
     expect(kept.denseSteps![0]!.attentionUs).toBe(first.denseSteps![0]!.attentionUs);
+    // with its predictor: another shape set, timed and kept beside the first
+    const withPredictor = withDenseSteps(kept, pack.file, cache, "linear");
+    expect(withPredictor.denseSteps!.map((d) => d.key)).toEqual([SHIPPED_KEY, PACK_KEY]);
+    expect(withPredictor.denseSteps![1]!.predictorUs).toBeGreaterThan(0);
     // no working-set rates in the test machine: the µs as timed, no phase scaling
     const again = withDenseSteps(kept, readGGUF(defaultModel), cache); // the plain model: the same shapes
     expect(again).toBe(kept); // nothing timed, nothing written
+    const keptBoth = JSON.parse(readFileSync(cache, "utf8")) as MachineBounds;
+    expect(withDenseSteps(keptBoth, pack.file, cache, "linear")).toBe(keptBoth);
   });
 });

@@ -96,7 +96,7 @@ export function formatProbe(b: MachineBounds, measured: boolean): string {
     for (const [d, c] of Object.entries(b.decoders)) lines.push(`  ${d.padEnd(9)} ${c.layerUs.toFixed(1).padStart(7)} µs per layer, ${c.neuronNs.toFixed(1).padStart(6)} ns per flagged neuron, ${(c.batchUs ?? 0).toFixed(1).padStart(6)} µs per read batch, ${c.requestUs.toFixed(1).padStart(5)} µs per read${c.aheadNeuronNs !== undefined ? `, ${c.aheadNeuronNs.toFixed(0)} ns per flagged neuron looked ahead` : ""}`);
   }
   if (b.attention) lines.push(`attention beyond its KV bytes: ${b.attention.headPositionNs.toFixed(1)} ns per head per position (fitted on the shipped model at positions ${b.attention.runs.map((r) => Math.round(r.position)).join(" and ")})`);
-  for (const d of b.denseSteps ?? []) lines.push(`dense steps of ${d.key} on ${d.threads} thread(s): attention's matvecs ${d.attentionUs.toFixed(1)} µs, classifier ${d.outputUs.toFixed(1)} µs per token`);
+  for (const d of b.denseSteps ?? []) lines.push(`dense steps of ${d.key} on ${d.threads} thread(s): attention's matvecs ${d.attentionUs.toFixed(1)} µs, classifier ${d.outputUs.toFixed(1)} µs${d.predictorUs === undefined ? "" : `, predictor ${d.predictorUs.toFixed(1)} µs`} per token`);
   if (b.messages) lines.push(`messages to a worker thread and back: postMessage ${b.messages.postMessageUs.toFixed(1)} µs, Atomics wait/notify ${b.messages.atomicsUs.toFixed(1)} µs (median)`);
   return lines.join("\n");
 }
