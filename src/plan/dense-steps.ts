@@ -1,15 +1,17 @@
 // The dense steps of a decode token — attention's four matvecs per layer, the classifier, and a
-// pack's trained predictor (its two matrices and the flagging per layer) — timed on this machine for a model's own matrix shapes and weight types, once per shape set and
-// thread count, and kept with the probe (machine.json `denseSteps`). The kernel table and the
-// probe's matvec by shape are Q4_0 over 128 MiB: on the shipped model (F32, 256 wide, 9 MiB of
-// attention and classifier in the last-level cache) they said 14.5 µs for a call that takes 4.0,
-// and the planner predicted its resident token a third slow. Timing the model's own shapes
-// replaces that extrapolation. The predictor's short rows (a 7B's linear predictor: 11,008 rows
-// of 128 Q8_0 weights) go through a blocked kernel the probe does not measure: modelled from its
-// bytes it was 1.6 ms a token where traces showed 4.5. The weights are a copy of one quantised matrix per shape (the rate
-// does not depend on the values), in anonymous memory, so nothing of the model file is read.
+// pack's trained predictor (its two matrices and the flagging per layer) — timed on this machine
+// for a model's own matrix shapes and weight types, once per shape set and thread count, and kept
+// with the probe (machine.json `denseSteps`). The kernel table and the probe's matvec by shape
+// are Q4_0 over 128 MiB: on the shipped model (F32, 256 wide, 9 MiB of attention and classifier
+// in the last-level cache) they said 14.5 µs for a call that takes 4.0, and the planner predicted
+// its resident token a third slow. Timing the model's own shapes replaces that extrapolation. The
+// predictor's short rows (the 7B's linear predictor: 11,008 rows of 64 Q8_0 weights) go through a
+// blocked kernel the probe does not measure: from its bytes the model said 1.6 ms a 7B token,
+// timed here it takes 2.5, inside a decode 3.9. The weights are a copy of one quantised matrix per
+// shape (the rate does not depend on the values), in anonymous memory, so nothing of the model
+// file is read.
 import type { GGUFFile } from "../gguf/reader.js";
-import { native } from "../native.js";
+import { GGMLType, native } from "../native.js";
 import { tensorTypeName } from "../gguf/types.js";
 import type { DenseStepRate } from "./machine.js";
 
@@ -56,8 +58,10 @@ export function denseShapes(file: GGUFFile, nLayer: number, predictorForm?: "mlp
   const name = (m: Matrix) => `${tensorTypeName(m.type)} ${m.rows}×${m.cols}`;
   const fc1 = matrix("blk.0.fc1.weight");
   const fc2 = matrix("blk.0.fc2.weight");
-  const predictor = predictorForm && fc1 && fc2 ? { form: predictorForm, fc1, fc2 } : undefined;
-  const key = `${nLayer} × (${(attention as Matrix[]).map(name).join(", ")}); ${name(output)}` + (predictor ? `; predictor ${predictor.form} ${name(fc1!)}, ${name(fc2!)}` : "");
+  // the mlp form runs on F32 weights only (the pack's format)
+  const usable = fc1 && fc2 && (predictorForm === "linear" || (fc1.type === GGMLType.F32 && fc2.type === GGMLType.F32));
+  const predictor = predictorForm && usable ? { form: predictorForm, fc1: fc1!, fc2: fc2! } : undefined;
+  const key = `${nLayer} × (${(attention as Matrix[]).map(name).join(", ")}); ${name(output)}` + (predictor ? `; predictor ${predictor.form} ${name(predictor.fc1)}, ${name(predictor.fc2)}` : "");
   return { nLayer, attention: attention as Matrix[], output, predictor, key };
 }
 
@@ -135,9 +139,9 @@ export function measureDenseSteps(shapes: DenseShapes, seconds = 0.3): Omit<Dens
         }
       }
     };
-    const a: number[] = [];
-    const o: number[] = [];
-    const p: number[] = [];
+    const attendUs: number[] = [];
+    const classifyUs: number[] = [];
+    const predictUs: number[] = [];
     const warm = performance.now();
     while (performance.now() - warm < (seconds * 1000) / 3) {
       attend();
@@ -145,19 +149,19 @@ export function measureDenseSteps(shapes: DenseShapes, seconds = 0.3): Omit<Dens
       predict();
     }
     const t0 = performance.now();
-    while (performance.now() - t0 < seconds * 1000 || a.length < 3) {
+    while (performance.now() - t0 < seconds * 1000 || attendUs.length < 3) {
       const t1 = performance.now();
       attend();
       const t2 = performance.now();
       classify();
       const t3 = performance.now();
       predict();
-      a.push((t2 - t1) * 1000);
-      o.push((t3 - t2) * 1000);
-      p.push((performance.now() - t3) * 1000);
+      attendUs.push((t2 - t1) * 1000);
+      classifyUs.push((t3 - t2) * 1000);
+      predictUs.push((performance.now() - t3) * 1000);
     }
     const median = (v: number[]) => [...v].sort((p, q) => p - q)[(v.length - 1) >> 1]!;
-    return { key: shapes.key, threads: n.getThreads(), attentionUs: median(a), outputUs: median(o), ...(predictor ? { predictorUs: median(p) } : {}) };
+    return { key: shapes.key, threads: n.getThreads(), attentionUs: median(attendUs), outputUs: median(classifyUs), ...(predictor ? { predictorUs: median(predictUs) } : {}) };
   } finally {
     for (const id of [weights, x, y, h, flags, thresholds]) n.free(id);
   }
