@@ -8,7 +8,7 @@ import { cachedMachine, keepMachine, machineCachePath, measureBounds, type Machi
 import { readPlanFile } from "../plan/plan-file.js";
 import { makePlan, plannerInput, type ExecutionPlan, type PlanKnobs, type PlannerInput } from "../plan/planner.js";
 import { measureKernels, measureReadRates } from "../plan/probe.js";
-import { denseShapes, timeDenseSteps } from "../plan/dense-steps.js";
+import { denseShapes, packDenseShapes, timeDenseSteps, type DenseShapes } from "../plan/dense-steps.js";
 import { readGGUF, type GGUFFile } from "../gguf/reader.js";
 import { readConfig } from "../model/config.js";
 import { planOptions, type PlanOptions } from "../sparse/memory-plan.js";
@@ -47,12 +47,14 @@ export function machineForPlan(modelPath: string, pack?: Pack): MachineBounds {
     m.kernels = measureKernels(0.03);
     keepMachine(m, machineCachePath());
   }
-  return withDenseSteps(m, pack?.file ?? readGGUF(modelPath), machineCachePath(), pack?.predictor?.[0]?.form);
+  return withDenseSteps(m, pack ? packDenseShapes(pack) : plainDenseShapes(readGGUF(modelPath)), machineCachePath());
 }
 
-/** `m` with the dense steps of the model in `file` (and its predictor, of `predictorForm`) timed on the pool's threads (once: kept in the probe's cache at `cachePath`). */
-export function withDenseSteps(m: MachineBounds, file: GGUFFile, cachePath: string, predictorForm?: "mlp" | "linear"): MachineBounds {
-  const shapes = denseShapes(file, readConfig(file).nLayer, predictorForm);
+/** A plain model's dense shapes (no predictor). */
+const plainDenseShapes = (file: GGUFFile) => denseShapes(file, readConfig(file).nLayer);
+
+/** `m` with the dense steps of `shapes` timed on the pool's threads (once: kept in the probe's cache at `cachePath`; undefined shapes: `m` as it is). */
+export function withDenseSteps(m: MachineBounds, shapes: DenseShapes | undefined, cachePath: string): MachineBounds {
   const threads = native().getThreads();
   if (!shapes || m.denseSteps?.some((d) => d.key === shapes.key && d.threads === threads)) return m;
   const timed = { ...m, denseSteps: [...(m.denseSteps ?? []), timeDenseSteps(shapes)] };

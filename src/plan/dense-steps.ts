@@ -13,6 +13,7 @@
 import type { GGUFFile } from "../gguf/reader.js";
 import { GGMLType, native } from "../native.js";
 import { tensorTypeName } from "../gguf/types.js";
+import type { Pack } from "../sparse/pack/format.js";
 import type { DenseStepRate } from "./machine.js";
 
 const ATTENTION = ["attn_q", "attn_k", "attn_v", "attn_output"] as const;
@@ -63,6 +64,16 @@ export function denseShapes(file: GGUFFile, nLayer: number, predictorForm?: "mlp
   const predictor = predictorForm && usable ? { form: predictorForm, fc1: fc1!, fc2: fc2! } : undefined;
   const key = `${nLayer} × (${(attention as Matrix[]).map(name).join(", ")}); ${name(output)}` + (predictor ? `; predictor ${predictor.form} ${name(predictor.fc1)}, ${name(predictor.fc2)}` : "");
   return { nLayer, attention: attention as Matrix[], output, predictor, key };
+}
+
+/**
+ * The dense shapes a decode of `pack` runs: its attention, classifier and trained predictor. The
+ * time model, the planner's timing at load and the calibration all key machine.json's
+ * `denseSteps` by this, so one derivation keeps them agreeing (a key that differed would fall
+ * back to the kernel table silently).
+ */
+export function packDenseShapes(pack: Pack): DenseShapes | undefined {
+  return denseShapes(pack.file, pack.config.nLayer, pack.predictor?.[0]?.form);
 }
 
 /**

@@ -39,7 +39,7 @@ import type { DecoderCalibration, KernelRate, MachineBounds } from "./machine.js
 import type { Pack } from "../sparse/pack/format.js";
 import type { MemoryPlan } from "../sparse/memory-plan.js";
 import { forecastCache, type ProfileRates } from "./cache-model.js";
-import { denseShapes, type DenseShapes } from "./dense-steps.js";
+import { packDenseShapes, type DenseShapes } from "./dense-steps.js";
 import { batchReadUs, callCosts, gatherTableCall, kernelRate, MATVEC_TABLE_CALL, shapeFactor, type CallShape } from "./rates.js";
 
 export type PlannedDecoder = "inline" | "pipeline" | "blocking";
@@ -116,7 +116,7 @@ export function modelShape(pack: Pack, costs: StepCosts, rates: ProfileRates): M
     outputType: f.tensorsByName.has("output.weight") ? t("output.weight") : t("token_embd.weight"),
     predictorType: pack.predictor?.[0]?.type ?? 0,
     rates,
-    dense: denseShapes(f, pack.config.nLayer, pack.predictor?.[0]?.form),
+    dense: packDenseShapes(pack),
   };
 }
 
