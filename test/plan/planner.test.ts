@@ -378,7 +378,7 @@ describe("time model", () => {
     expect(inline.total).toBeCloseTo(compute + inline.host + inline.reads, 6);
   });
 
-  it("reads ahead (inline, pinned gate rows) read AHEAD_EXTRA_READS more up+down blocks than the cache model's misses, and hide AHEAD_SHARE of the reads under compute", () => {
+  it("reads ahead (inline, pinned gate rows) read AHEAD_EXTRA_READS more up+down blocks than the cache model's misses, and hide AHEAD_SHARE of the reads' device time under compute", () => {
     const inp = input();
     const m = fakeMachine();
     const budget = budgetForFfnFraction(inp.pack, 0.6, planOptions(inp.pack.config, { contextSize: ctx }));
@@ -392,7 +392,14 @@ describe("time model", () => {
     expect(off.readsPerToken).toBeCloseTo(fc.requestsPerToken, 9);
     expect(on.readsPerToken).toBeCloseTo(fc.requestsPerToken + AHEAD_EXTRA_READS * upDown, 9);
     expect(on.readBytesPerToken - off.readBytesPerToken).toBeCloseTo(AHEAD_EXTRA_READS * upDown * inp.pack.upDownBlock, 3);
-    expect(on.hidden).toBeCloseTo(Math.min(AHEAD_SHARE * on.reads, on.attention + on.predictor + on.gate + on.upDown + on.output), 9);
+    const compute = on.attention + on.predictor + on.gate + on.upDown + on.output;
+    expect(AHEAD_SHARE * on.readThroughputUs).toBeLessThan(compute);
+    expect(on.hidden).toBeCloseTo(AHEAD_SHARE * on.readThroughputUs, 9);
+    // the decoder's own costs per read and batch run on the calling thread: none of them hides
+    const own = { layerUs: 0, neuronNs: 0, batchUs: 50, requestUs: 10 };
+    const costly = tokenTime(inp.shape, mem, { ...m, decoders: { inline: own } }, { ...o, readAhead: true });
+    expect(costly.reads - costly.readThroughputUs).toBeCloseTo(50 * costly.readBatches + 10 * costly.readsPerToken, 6);
+    expect(costly.hidden).toBeCloseTo(on.hidden, 9);
   });
 });
 
