@@ -314,7 +314,11 @@ const pack7 = join(v.dir, "llama2-7b-sparse-q4_0-seed1-linear.pack.gguf");
 if (!existsSync(pack7)) log(`no 7B pack at ${pack7} (node bench/sparse.js --prepare --dir DIR builds it): the default model only`);
 else {
   const model7 = join(v.dir, "llama2-7b-sparse-q4_0-seed1.gguf");
-  const o = { tokens: Number(v["tokens-7b"]), ctx: 512, reps: 2, warmup: 4, rounds: Number(v.rounds ?? 3) };
+  // warm-up: 24 tokens after each load, as the neuron cache's cold region starts empty and the
+  // plan predicts a warm one. With 4, the first rep caught the warming: at 50% of the FFN a load's
+  // first 12 tokens took 227 ms each and the next 36 101–108, and the same code's 50% and 75%
+  // points moved by 30% from run to run (7.4–9.6 and 11.2–15.0 tok/s, 2026-11-27 (night))
+  const o = { tokens: Number(v["tokens-7b"]), ctx: 512, reps: 2, warmup: 24, rounds: Number(v.rounds ?? 3) };
   const out = (results.sevenB = { pack: pack7, fractions: [], fig9: [] });
   if (parts.has("7b")) out.fractions = await fractionRounds("7B", pack7, o);
   if (parts.has("7b-grid")) {
