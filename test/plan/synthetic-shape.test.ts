@@ -48,8 +48,8 @@ beforeAll(async () => {
 }, 300_000);
 
 /**
- * Reads a token the forecast may miss by where a token reads few: 4 reads of 4 KiB are ~50 µs
- * at this disk's ~85K/s. The model built here depends on the CPU: F32 batches go through
+ * Reads a token the forecast may miss by where a token reads few: 4 reads of 4 KiB are 30–50 µs
+ * at 85–150K reads/s. The model built here depends on the CPU: F32 batches go through
  * OpenBLAS, which picks its sgemm kernel by CPU, so the profile's and the predictor's last bits
  * move. On a Zen 4 VM every point came within 10%; on a Zen 5 pinned gate rows at 75% read 21.9
  * a token where 25.6 were forecast (+17%; 24.3 with NEURONPIPE_NO_BLAS=1), every other point
