@@ -72,7 +72,7 @@ export class InlineDecoder implements Decoder {
 
   evaluate(ctx: DecodeContext, tokens: readonly number[], pos0: number, opts: ForwardOptions = {}): number {
     const off = forward(this.parts.pack.config, this.parts.weights, ctx.rs, ctx.kv, tokens, pos0, { ...opts, ffn: opts.batchFfn === "sparse" ? this.sparseFfn : this.ffn });
-    this.parts.sample();
+    this.parts.tokenDone();
     return off;
   }
 

@@ -6,8 +6,11 @@
 // region (read into anonymous memory, not mapped, so page-cache residency of the pack never
 // counts as ours), predictors, the neuron cache arena, its tables, the I/O staging buffer, the
 // FFN scratch and each session's KV cache and run state. `residentBytes()` asks the kernel
-// (mincore) how much of that is in RAM; `peakResidentBytes` is its maximum, sampled after load
-// and after every token.
+// (mincore) how much of that is in RAM; `peakResidentBytes` is its maximum, sampled after load,
+// every SAMPLE_EVERY tokens, before a session lets its buffers go and when the peak is read. The
+// buffers' pages only grow while they are held (committed on first touch, given back when freed),
+// so the last sample before a release is the peak; mincore over the resident 7B's 3.9 GB took
+// 0.49 ms, 1% of its token.
 import { closeSync, openSync } from "node:fs";
 import { bindWeights, type Weights } from "../model/weights.js";
 import { native } from "../native.js";
@@ -41,8 +44,13 @@ export interface SparseLayerReport extends LayerCacheStats, LayerFfnStats {
   bytesPerToken: number;
 }
 
+/** Tokens between samples of the resident memory (see the header). */
+const SAMPLE_EVERY = 16;
+
 export class SparseParts {
-  peakResidentBytes = 0;
+  private peak = 0;
+  private sinceSample = 0;
+  private disposed = false;
   /** Per layer: neurons predicted and fired, tokens. */
   readonly ffnStats: LayerFfnStats[];
   /** The cache policy whose statistics report() shows: the neuron cache, or the LLMFlash window cache (blocking). */
@@ -84,10 +92,22 @@ export class SparseParts {
     return b;
   }
 
-  /** Sample resident memory (after load and after every token). */
+  /** The most of the model's buffers resident in RAM so far (sampled now, while they are held). */
+  get peakResidentBytes(): number {
+    if (!this.disposed) this.sample();
+    return this.peak;
+  }
+
+  /** Sample resident memory now. */
   sample(): void {
+    this.sinceSample = 0;
     const r = this.residentBytes();
-    if (r > this.peakResidentBytes) this.peakResidentBytes = r;
+    if (r > this.peak) this.peak = r;
+  }
+
+  /** A token was decoded: sample every SAMPLE_EVERY tokens. */
+  tokenDone(): void {
+    if (++this.sinceSample >= SAMPLE_EVERY) this.sample();
   }
 
   /** Sessions register their KV cache and run state; the plan reserved room for one session. */
@@ -99,6 +119,7 @@ export class SparseParts {
     this.sample();
   }
   removeSessionBuffers(ids: number[]): void {
+    if (!this.disposed) this.sample();
     for (const id of ids) this.sessionBuffers.delete(id);
   }
 
@@ -141,6 +162,8 @@ export class SparseParts {
 
   dispose(): void {
     const n = native();
+    if (!this.disposed) this.sample();
+    this.disposed = true;
     this.cache.dispose();
     n.free(this.ffn.scratch);
     if (this.ffn.pred) n.free(this.ffn.pred.buf);

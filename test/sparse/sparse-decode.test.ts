@@ -231,6 +231,27 @@ describe("default model, trained predictor", () => {
     }
   }, 60_000);
 
+  it("the peak read after a few tokens holds what they committed, though memory is sampled only every 16 tokens", async () => {
+    // LLMFlash's window cache starts empty and its pages are committed as reads land
+    const pack = openPack(defaultPack);
+    const budget = budgetForFfnFraction(pack, 0.5, planOpts(pack, true));
+    const m = await loadSparseModel(defaultPack, { memory: budget, decoder: "blocking", contextSize: ctx });
+    try {
+      const sp = m.sparse!;
+      const s = m.createSession({ contextSize: ctx });
+      const before = sp.residentBytes(); // mincore, independent of the peak's sampling
+      for await (const _ of s.generate("Call me Ishmael", { maxTokens: 4, seed: 1 }));
+      const held = sp.residentBytes();
+      expect(held).toBeGreaterThan(before);
+      expect(sp.peakResidentBytes).toBeGreaterThanOrEqual(held);
+      s.dispose();
+      expect(sp.peakResidentBytes).toBeGreaterThanOrEqual(held);
+      expect(sp.peakResidentBytes).toBeLessThanOrEqual(budget);
+    } finally {
+      await m.dispose();
+    }
+  });
+
   it("a budget that cannot hold the fixed region is refused with the numbers", async () => {
     await expect(loadSparseModel(defaultPack, { memory: "8MiB", contextSize: ctx })).rejects.toThrow(
       /memory budget 8\.00 MiB \(8388608 bytes\) cannot hold this model: the fixed region needs weights .* KV cache .*; the smallest workable budget is/,

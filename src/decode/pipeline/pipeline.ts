@@ -257,7 +257,7 @@ export class PipelineDecoder implements Decoder {
       const after = this.parts.neuronTotals();
       this.traceRec.token({ index: step, t0, t1, token, pos, predicted: after.predicted - before!.predicted, fired: after.fired - before!.fired });
     }
-    this.parts.sample();
+    this.parts.tokenDone();
     if (r.cancelled) throw abortError(r.reason);
     if (r.error !== undefined) throw new Error(r.error);
     return r.logits!;
