@@ -162,7 +162,13 @@ export class SparseParts {
 
   dispose(): void {
     const n = native();
-    if (!this.disposed) this.sample();
+    if (!this.disposed) {
+      try {
+        this.sample();
+      } catch {
+        // a session's buffer freed without being removed: the last sample stands, and freeing goes on
+      }
+    }
     this.disposed = true;
     this.cache.dispose();
     n.free(this.ffn.scratch);
