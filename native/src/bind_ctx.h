@@ -58,12 +58,12 @@ inline std::string copiesError(const double* r, size_t n, size_t dstSize, size_t
   auto whole = [](double v) { return std::isfinite(v) && v >= 0 && v == std::floor(v) && v <= 9007199254740991.0; };
   for (size_t i = 0; i < n; i++) {
     const double dOff = r[3 * i], sOff = r[3 * i + 1], len = r[3 * i + 2];
-    const std::string at = std::string(item) + " " + std::to_string(i) + ": ";
-    if (!whole(dOff) || !whole(sOff) || !whole(len)) return at + "offsets and length must be whole numbers >= 0";
+    auto at = [&] { return std::string(item) + " " + std::to_string(i) + ": "; };  // built only for an error
+    if (!whole(dOff) || !whole(sOff) || !whole(len)) return at() + "offsets and length must be whole numbers >= 0";
     if (dOff + len > (double)dstSize)
-      return at + "dst range [" + BindCtx::fmt(dOff) + ", " + BindCtx::fmt(dOff + len) + ") outside buffer of " + std::to_string(dstSize) + " bytes";
+      return at() + "dst range [" + BindCtx::fmt(dOff) + ", " + BindCtx::fmt(dOff + len) + ") outside buffer of " + std::to_string(dstSize) + " bytes";
     if (sOff + len > (double)srcSize)
-      return at + "src range [" + BindCtx::fmt(sOff) + ", " + BindCtx::fmt(sOff + len) + ") outside buffer of " + std::to_string(srcSize) + " bytes";
+      return at() + "src range [" + BindCtx::fmt(sOff) + ", " + BindCtx::fmt(sOff + len) + ") outside buffer of " + std::to_string(srcSize) + " bytes";
   }
   return "";
 }
