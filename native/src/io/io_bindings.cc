@@ -129,8 +129,8 @@ double parseReads(const Napi::CallbackInfo& info, const char* fn, const Loader& 
       v[k] = (int64_t)x;
     }
     const int64_t off = v[0], ln = v[1], bid = v[2], doff = v[3];
-    // the request named in an error, built only for one (a string per request cost ~0.3 µs, a
-    // tenth of a half-offloaded 7B token at ~8K requests)
+    // the request named in an error, built only for one (a string per request cost ~0.1 µs,
+    // ~1 ms of a half-offloaded 7B token at ~8K requests)
     auto at = [&] {
       return "request " + std::to_string(i) + " (fileOffset " + std::to_string(off) + ", length " + std::to_string(ln) +
              ", buffer " + std::to_string(bid) + " at " + std::to_string(doff) + "): ";
