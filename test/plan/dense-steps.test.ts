@@ -26,6 +26,11 @@ const SHIPPED_KEY = "6 × (F32 256×256, F32 128×256, F32 128×256, F32 256×25
 /** Its pack's linear predictor, read off blk.0.fc1/fc2 by hand: rank 192 over 256, 1,024 neurons, Q8_0. */
 const PACK_KEY = `${SHIPPED_KEY}; predictor linear Q8_0 192×256, Q8_0 1024×192`;
 
+/** The model's attention tensors, layer by layer in a decode's order, read off `file` by name. */
+function attentionTensors(file: ReturnType<typeof readGGUF>, nLayer: number) {
+  return Array.from({ length: nLayer }, (_, l) => ["attn_q", "attn_k", "attn_v", "attn_output"].map((k) => file.tensorsByName.get(`blk.${l}.${k}.weight`)!)).flat();
+}
+
 /**
  * The medians of `reference()` and `timed()` measured in turn three times: vitest runs other test
  * files on the same two cores, and one measurement after the other can catch different loads.
@@ -94,13 +99,9 @@ describe("dense steps", () => {
     let timed!: ReturnType<typeof measureDenseSteps>; // the last timing (its key and threads)
     try {
       n.fillUniform(x, 0, 4096, 5n, 1);
-      const names = ["attn_q", "attn_k", "attn_v", "attn_output"];
+      const attention = attentionTensors(file, 6);
       const pass = () => {
-        for (let l = 0; l < 6; l++)
-          for (const name of names) {
-            const t = file.tensorsByName.get(`blk.${l}.${name}.weight`)!;
-            n.matvec(t.type, mapped.id, t.offset, t.ne[1]!, t.ne[0]!, x, 0, y, 0);
-          }
+        for (const t of attention) n.matvec(t.type, mapped.id, t.offset, t.ne[1]!, t.ne[0]!, x, 0, y, 0);
       };
       [reference, attentionUs] = alternately(
         () => medianUs(pass),
@@ -144,8 +145,8 @@ describe("dense steps", () => {
       // before each pass, as measureDenseSteps and a decode run them: every layer's attention
       // matvecs and the classifier, on the pack's real weights (untimed). Back to back, the
       // predictor's passes alone timed ~1.7× faster than the copies' beside another test file
-      const tensor = (name: string) => pack.file.tensorsByName.get(name)!;
-      const dense = [...Array.from({ length: pack.config.nLayer }, (_, l) => ["attn_q", "attn_k", "attn_v", "attn_output"].map((k) => tensor(`blk.${l}.${k}.weight`))).flat(), tensor(pack.file.tensorsByName.has("output.weight") ? "output.weight" : "token_embd.weight")];
+      const classifier = pack.file.tensorsByName.get(pack.file.tensorsByName.has("output.weight") ? "output.weight" : "token_embd.weight")!;
+      const dense = [...attentionTensors(pack.file, pack.config.nLayer), classifier];
       const before = () => {
         for (const t of dense) n.matvec(t.type, mapped.id, t.offset, t.ne[1]!, t.ne[0]!, x, 0, logits, 0);
       };
