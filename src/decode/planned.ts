@@ -35,7 +35,7 @@ export function packPlannerInput(pack: Pack, o: OpenOptions): PlannerInput {
 /**
  * This host's probe: the cached one, else a brief one now (memory, the model's storage, kernels;
  * ~5 s, kept for the next load), with the model's dense steps timed (dense-steps.ts: the first
- * plan of a model shape on this machine, ~0.5 s for the shipped model, ~2 s for a 7B; kept with
+ * plan of a model shape on this machine, ~1.5 s for the shipped model, ~4 s for a 7B; kept with
  * the probe). Decoder costs are calibrated only by `neuronpipe probe`; until then the planner
  * uses the reference machine's (time-model.ts, UNCALIBRATED).
  */
@@ -51,7 +51,7 @@ export function machineForPlan(modelPath: string, pack?: Pack): MachineBounds {
 }
 
 /** A plain model's dense shapes (no predictor). */
-const plainDenseShapes = (file: GGUFFile) => denseShapes(file, readConfig(file).nLayer);
+const plainDenseShapes = (file: GGUFFile) => denseShapes(file, readConfig(file));
 
 /** `m` with the dense steps of `shapes` timed on the pool's threads (once: kept in the probe's cache at `cachePath`; undefined shapes: `m` as it is). */
 export function withDenseSteps(m: MachineBounds, shapes: DenseShapes | undefined, cachePath: string): MachineBounds {

@@ -87,9 +87,15 @@ export interface DenseStepRate {
   key: string;
   threads: number;
   attentionUs: number;
+  /** Attention's scores and sums over the KV cache, all layers: µs per token at position 0, and µs more per position of the context (absent: older probes). */
+  scoresUs?: number;
+  positionUs?: number;
   outputUs: number;
   /** A pack's trained predictor, all layers (when the key names one). */
   predictorUs?: number;
+  /** A pack's sparse FFN at the key's rates, all layers: gate rows gathered; up rows gathered, activations and down rows accumulated (when the key names one). */
+  gateUs?: number;
+  upDownUs?: number;
   measuredAt: string;
 }
 

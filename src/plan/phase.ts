@@ -124,7 +124,7 @@ export function atPhase(m: MachineBounds, p: MachinePhase): MachineBounds {
     messages: m.messages && { postMessageUs: slow(m.messages.postMessageUs), atomicsUs: slow(m.messages.atomicsUs) },
     decoders: decoders as MachineBounds["decoders"],
     attention: m.attention && { ...m.attention, headPositionNs: slow(m.attention.headPositionNs) },
-    denseSteps: m.denseSteps?.map((d) => ({ ...d, attentionUs: slow(d.attentionUs), outputUs: slow(d.outputUs), predictorUs: d.predictorUs === undefined ? undefined : slow(d.predictorUs) })),
+    denseSteps: m.denseSteps?.map((d) => ({ ...d, attentionUs: slow(d.attentionUs), scoresUs: d.scoresUs === undefined ? undefined : slow(d.scoresUs), positionUs: d.positionUs === undefined ? undefined : slow(d.positionUs), outputUs: slow(d.outputUs), predictorUs: d.predictorUs === undefined ? undefined : slow(d.predictorUs), gateUs: d.gateUs === undefined ? undefined : slow(d.gateUs), upDownUs: d.upDownUs === undefined ? undefined : slow(d.upDownUs) })),
     disk: m.disk && {
       ...m.disk,
       sequentialGBps: m.disk.sequentialGBps * p.reads,

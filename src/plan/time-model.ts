@@ -1,16 +1,19 @@
 // The planner's model of one decode token's time, from the bytes and reads each step needs and
-// the rates this machine measured (`neuronpipe probe`); of the model itself only its dense
-// matvecs are timed, on copies of its matrix shapes (dense-steps.ts, once per shape set).
+// the rates this machine measured (`neuronpipe probe`); of the model itself its dense steps and
+// sparse FFN's gathers are timed layer by layer as a decode runs them, on copies of its shapes
+// (dense-steps.ts, once per shape set).
 //
 //   attention   n_layer × attention weights: their matvecs as timed for these shapes (else ÷ the
-//               matvec rate of their type), + the KV cache ÷ memory,
-//               + n_layer × heads × positions × the calibrated cost of a head at a position
+//               matvec rate of their type), + the scores and sums as timed for these heads at
+//               position 0 and per position (else the KV cache ÷ memory + n_layer × heads × positions
+//               × the calibrated cost of a head at a position)
 //   predictor   its matvecs and flagging as timed for its shapes (else its weights ÷ matvec rate,
 //               linear: Q8_0; mlp: F32); with reads ahead
 //               (inline) also a pass for a layer ahead, the gate rows of its flagged neurons not
 //               resident, and the decoder's calibrated cost per flagged neuron looked ahead
-//   gate        flagged neurons × gate row ÷ gather rate (oracle: every gate row ÷ matvec rate)
-//   up/down     fired neurons × (up row ÷ gather rate + down column ÷ axpy rate)
+//   gate        as timed between the dense steps at the profile's rates (dense-steps.ts), else
+//               flagged neurons × gate row ÷ gather rate (oracle: every gate row ÷ matvec rate)
+//   up/down     as timed likewise, else fired neurons × (up row ÷ gather rate + down column ÷ axpy rate)
 //   output      the classifier's matvec as timed (else output norm + classifier ÷ matvec rate)
 //   (each rate at the working set of the weights the token touches: the probe's Q4_0 matvec by
 //   working set scales its kernel table, measured over 128 MiB — on this VM 9 MiB read at ~70
@@ -159,19 +162,25 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     us(bytes, GBps) * (rows === undefined ? 1 : shapeFactor(cc, { bytes, rows, calls }, reference));
   // the model's own dense matvecs as timed on this machine, else from the kernel table
   const dense = s.dense && m.denseSteps?.find((d) => d.key === s.dense!.key && d.threads === o.threads);
+  // and its scores and sums over the KV cache as timed per position, else the cache's bytes and
+  // the calibrated cost of a head at a position
   const attention =
     (dense ? dense.attentionUs : kernel(nLayer * costs.attentionBytes, mv(s.attentionType), costs.attentionRows ? nLayer * costs.attentionRows : undefined, 4 * nLayer, MATVEC_TABLE_CALL)) +
-    us(nLayer * costs.kvBytesPerPosition * positions, memGBps) +
-    (nLayer * (costs.attentionHeads ?? 0) * positions * (m.attention?.headPositionNs ?? 0)) / 1e3;
+    (dense?.positionUs !== undefined
+      ? (dense.scoresUs ?? 0) + o.position * dense.positionUs // timed at the position a token is decoded at
+      : us(nLayer * costs.kvBytesPerPosition * positions, memGBps) + (nLayer * (costs.attentionHeads ?? 0) * positions * (m.attention?.headPositionNs ?? 0)) / 1e3);
   // the predictor as timed for its shapes (dense-steps.ts), else from its bytes and calls (its
   // short rows go through a blocked kernel whose cost per row the kernel table does not measure)
   const predictorPass = rates.oracle ? 0 : (dense?.predictorUs ?? kernel(costs.predictorBytes ?? 0, mv(s.predictorType), 0, 2 * nLayer, MATVEC_TABLE_CALL));
+  // the sparse FFN's gathers as timed between the layers' dense steps at the profile's rates
+  // (dense-steps.ts), else from their bytes at the kernel table's gather and axpy rates
   const gate = rates.oracle
     ? kernel(gateBytes, mv(pack.gateType), nLayer * nFF, nLayer, MATVEC_TABLE_CALL)
-    : kernel(gateBytes, rate(pack.gateType, "gather"), flagged, nLayer, gatherTableCall(pack.gateType));
+    : (dense?.gateUs ?? kernel(gateBytes, rate(pack.gateType, "gather"), flagged, nLayer, gatherTableCall(pack.gateType)));
   const upDown =
+    (!rates.oracle ? dense?.upDownUs : undefined) ??
     kernel(fired * pack.upBytes, rate(pack.upType, "gather"), fired, nLayer, gatherTableCall(pack.upType)) +
-    kernel(fired * pack.downBytes, rate(pack.downType, "axpy"), fired, nLayer, gatherTableCall(pack.downType));
+      kernel(fired * pack.downBytes, rate(pack.downType, "axpy"), fired, nLayer, gatherTableCall(pack.downType));
   const output = dense ? dense.outputUs : kernel(costs.outputBytes, mv(s.outputType), costs.outputRows || undefined, 1, MATVEC_TABLE_CALL);
   const cal: DecoderCalibration = m.decoders?.[o.decoder] ?? UNCALIBRATED[o.decoder];
   const host = nLayer * cal.layerUs + (flagged * cal.neuronNs) / 1e3;

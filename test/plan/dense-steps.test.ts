@@ -9,6 +9,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { packPlannerInput, withDenseSteps } from "../../src/decode/planned.js";
 import { readGGUF } from "../../src/gguf/reader.js";
 import { denseShapes, measureDenseSteps, packDenseShapes } from "../../src/plan/dense-steps.js";
+import { profileRates } from "../../src/plan/cache-model.js";
 import { machineIdentity, type MachineBounds } from "../../src/plan/machine.js";
 import { tokenTime } from "../../src/plan/time-model.js";
 import { native } from "../../src/native.js";
@@ -22,9 +23,23 @@ const scratch = mkdtempSync(join(tmpdir(), "np-dense-cache-"));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
 /** The shipped model's shapes, read off its tensors by hand (llama.cpp's names; ne = [cols, rows]): 6 layers, 256 wide, 8 heads of 32 with 4 KV heads, a 4096-token vocabulary, F32. */
-const SHIPPED_KEY = "6 × (F32 256×256, F32 128×256, F32 128×256, F32 256×256); F32 4096×256";
+const SHIPPED_KEY = "6 × (F32 256×256, F32 128×256, F32 128×256, F32 256×256; 8 heads of 32, 4 KV); F32 4096×256";
+/** Its configuration as the shapes need it, by hand. */
+const SHIPPED = { nLayer: 6, nHead: 8, nHeadKv: 4, headDim: 32 };
 /** Its pack's linear predictor, read off blk.0.fc1/fc2 by hand: rank 192 over 256, 1,024 neurons, Q8_0. */
 const PACK_KEY = `${SHIPPED_KEY}; predictor linear Q8_0 192×256, Q8_0 1024×192`;
+
+/**
+ * The pack's sparse FFN per layer: neurons fired per token, the profile's counts ÷ its tokens summed
+ * by hand, and flagged as the cache model estimates them (≥ fired, ≤ 1,024); F32 rows 256 wide.
+ */
+function ffnKey(pack: ReturnType<typeof openPack>): { key: string; flagged: number; fired: number } {
+  let fired = 0;
+  for (const l of pack.layers) for (const c of l.counts) fired += Math.min(1, c / pack.profileTokens);
+  const perLayer = (x: number) => Math.round(x / pack.config.nLayer);
+  const flagged = perLayer(profileRates(pack).flaggedPerToken);
+  return { key: `; ffn ${flagged} flagged, ${perLayer(fired)} fired of 1024 (F32/F32/F32, 256 wide)`, flagged, fired: perLayer(fired) };
+}
 
 /** The model's attention tensors, layer by layer in a decode's order, read off `file` by name. */
 function attentionTensors(file: ReturnType<typeof readGGUF>, nLayer: number) {
@@ -67,18 +82,23 @@ const machine = (): MachineBounds => ({ ...fakeMachine(), ...machineIdentity() }
 
 describe("dense steps", () => {
   it("the shapes of the shipped model and of its pack: the same key, as read by hand", () => {
-    const plain = denseShapes(readGGUF(defaultModel), 6)!;
+    const plain = denseShapes(readGGUF(defaultModel), SHIPPED)!;
     const pack = openPack(packPath);
     expect(plain.key).toBe(SHIPPED_KEY);
-    expect(denseShapes(pack.file, pack.config.nLayer)!.key).toBe(SHIPPED_KEY);
+    expect(denseShapes(pack.file, SHIPPED)!.key).toBe(SHIPPED_KEY);
     const fc1 = pack.file.tensorsByName.get("blk.0.fc1.weight")!;
     const fc2 = pack.file.tensorsByName.get("blk.0.fc2.weight")!;
     expect([fc1.ne, fc2.ne, pack.predictor![0]!.form]).toEqual([[256, 192], [192, 1024], "linear"]);
-    expect(denseShapes(pack.file, pack.config.nLayer, "linear")!.key).toBe(PACK_KEY);
-    // the one derivation the time model, the planner at load and the calibration share
-    expect(packDenseShapes(pack)!.key).toBe(PACK_KEY);
+    expect(denseShapes(pack.file, SHIPPED, "linear")!.key).toBe(PACK_KEY);
+    // the one derivation the time model, the planner at load and the calibration share: with the
+    // sparse FFN timed between layers at the profile's rates
+    const ffn = ffnKey(pack);
+    expect(ffn.fired).toBeGreaterThan(10);
+    expect(ffn.flagged).toBeGreaterThanOrEqual(ffn.fired);
+    expect(ffn.flagged).toBeLessThan(1024);
+    expect(packDenseShapes(pack)!.key).toBe(PACK_KEY + ffn.key);
     // the mlp form runs on F32 weights only: Q8_0 matrices are not timed as one
-    expect(denseShapes(pack.file, pack.config.nLayer, "mlp")!.predictor).toBeUndefined();
+    expect(denseShapes(pack.file, SHIPPED, "mlp")!.predictor).toBeUndefined();
     expect(plain.attention.map((m) => [m.rows, m.cols])).toEqual([
       [256, 256],
       [128, 256],
@@ -89,7 +109,7 @@ describe("dense steps", () => {
 
   it("timed on copies of the shapes, as long as the same matvecs on the model's real weights take (within this machine's noise)", () => {
     const file = readGGUF(defaultModel);
-    const shapes = denseShapes(file, 6)!;
+    const shapes = denseShapes(file, SHIPPED)!;
     const n = native();
     const mapped = n.mapFile(defaultModel);
     const x = n.alloc(4096 * 4);
@@ -128,7 +148,7 @@ describe("dense steps", () => {
     const y = n.alloc(1024 * 4);
     const flags = n.alloc(1024 * 4);
     const logits = n.alloc(4096 * 4);
-    const shapes = denseShapes(pack.file, pack.config.nLayer, "linear")!;
+    const shapes = denseShapes(pack.file, SHIPPED, "linear")!;
     let reference = NaN;
     let predictorUs = NaN;
     let timed!: ReturnType<typeof measureDenseSteps>; // the last timing (its key)
@@ -162,18 +182,86 @@ describe("dense steps", () => {
     expect(predictorUs / reference).toBeLessThan(1.6);
   });
 
+  it("the sparse FFN's gathers timed on copies, as long as the same gathers over the pack's real rows take (within this machine's noise)", () => {
+    const pack = openPack(packPath);
+    const { flagged, fired } = ffnKey(pack);
+    const n = native();
+    const mapped = n.mapFile(packPath);
+    const x = n.alloc(256 * 4);
+    const idx = n.alloc(6 * (flagged + fired) * 4);
+    const g = n.alloc(1024 * 4);
+    const u = n.alloc(1024 * 4);
+    const h = n.alloc(1024 * 4);
+    const o = n.alloc(4096 * 4);
+    const shapes = packDenseShapes(pack)!;
+    let reference = NaN;
+    let ffnUs = NaN;
+    let timed!: ReturnType<typeof measureDenseSteps>;
+    try {
+      n.fillUniform(x, 0, 256, 5n, 1);
+      n.fillUniform(g, 0, 1024, 6n, 1);
+      // per layer: every 1024/flagged-th neuron's gate row, the first `fired` of those up and down,
+      // read from the pack's bundles (gate, up, down rows of a neuron together, as in a cache slot)
+      const iv = n.viewI32(idx, 0, 6 * (flagged + fired));
+      for (let l = 0; l < 6; l++) {
+        for (let k = 0; k < flagged; k++) iv[l * (flagged + fired) + k] = Math.floor((k * 1024) / flagged);
+        for (let k = 0; k < fired; k++) iv[l * (flagged + fired) + flagged + k] = Math.floor((k * 1024) / flagged);
+      }
+      const B = pack.bundleBytes;
+      const pass = () => {
+        for (let l = 0; l < 6; l++) {
+          const at = pack.layers[l]!.bundlesOffset;
+          const i = l * (flagged + fired) * 4;
+          n.matvecRows(pack.gateType, mapped.id, at, 1024, 256, idx, i, flagged, x, 0, g, 0, B);
+          n.matvecRows(pack.upType, mapped.id, at + pack.gateBlock, 1024, 256, idx, i + flagged * 4, fired, x, 0, u, 0, B);
+          n.gatedAct(1, g, 0, u, 0, h, 0, fired);
+          n.axpyRows(pack.downType, mapped.id, at + pack.gateBlock + pack.upBytes, 1024, 256, idx, i + flagged * 4, fired, h, 0, o, 0, B);
+        }
+      };
+      // before each pass, the attention matvecs and the classifier on the pack's real weights (untimed)
+      const classifier = pack.file.tensorsByName.get(pack.file.tensorsByName.has("output.weight") ? "output.weight" : "token_embd.weight")!;
+      const dense = [...attentionTensors(pack.file, 6), classifier];
+      const before = () => {
+        for (const t of dense) n.matvec(t.type, mapped.id, t.offset, t.ne[1]!, t.ne[0]!, x, 0, o, 0);
+      };
+      [reference, ffnUs] = alternately(
+        () => medianUs(pass, before),
+        () => {
+          timed = measureDenseSteps(shapes, 0.3);
+          return timed.gateUs! + timed.upDownUs!;
+        },
+      );
+    } finally {
+      for (const id of [mapped.id, x, idx, g, u, h, o]) n.free(id);
+    }
+    expect(timed.key).toBe(PACK_KEY + ffnKey(pack).key);
+    expect(ffnUs / reference).toBeGreaterThan(0.6);
+    expect(ffnUs / reference).toBeLessThan(1.6);
+  });
+
   it("the time model takes the timed steps for the shapes and threads they were timed on, else its kernel rates", () => {
     const pack = openPack(packPath);
     const inp = packPlannerInput(pack, { contextSize: 128 });
     const mem = planMemory(pack, Number.MAX_SAFE_INTEGER, inp.optionsFor("inline", Number.MAX_SAFE_INTEGER, { pinGates: false, hotShare: 0.75, clusterSize: 32 }));
     const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 } as const;
-    const m = { ...machine(), denseSteps: [{ key: PACK_KEY, threads: 2, attentionUs: 1000, outputUs: 500, predictorUs: 250, measuredAt: "then" }] };
+    const key = PACK_KEY + ffnKey(pack).key;
+    const m = { ...machine(), denseSteps: [{ key, threads: 2, attentionUs: 1000, scoresUs: 30, positionUs: 2, outputUs: 500, predictorUs: 250, gateUs: 120, upDownUs: 180, measuredAt: "then" }] };
     const t = tokenTime(inp.shape, mem, m, o);
-    expect(inp.shape.dense!.key).toBe(PACK_KEY);
+    expect(inp.shape.dense!.key).toBe(key);
     expect(t.predictor).toBe(250); // no reads ahead: one pass, as timed
-    // by hand: the timed matvecs + the KV cache of 10 positions at 40 GB/s (no head cost calibrated)
+    expect([t.gate, t.upDown]).toEqual([120, 180]);
+    // the oracle computes every gate row: not the gathers timed at the trained predictor's rates
+    const oracle = packPlannerInput(pack, { contextSize: 128, predictor: "oracle" });
+    const to = tokenTime(oracle.shape, mem, m, o);
+    expect(oracle.shape.dense!.key).toBe(key);
+    expect(to.gate).not.toBe(120);
+    expect(to.upDown).not.toBe(180);
+    // by hand: the timed matvecs + the scores at position 0 + 9 positions on at the timed cost of one
+    expect(t.attention).toBeCloseTo(1000 + 30 + 9 * 2, 9);
+    // a probe that did not time positions: the KV cache of 10 positions at 40 GB/s (no head cost calibrated)
     const kv = (6 * inp.shape.costs.kvBytesPerPosition * 10) / (40 * 1e3);
-    expect(t.attention).toBeCloseTo(1000 + kv, 9);
+    const noPositions = { ...m, denseSteps: [{ ...m.denseSteps[0]!, scoresUs: undefined, positionUs: undefined }] };
+    expect(tokenTime(inp.shape, mem, noPositions, o).attention).toBeCloseTo(1000 + kv, 9);
     expect(t.output).toBe(500);
     const untimed = tokenTime(inp.shape, mem, machine(), o);
     const oneThread = tokenTime(inp.shape, mem, m, { ...o, threads: 1 });
@@ -187,17 +275,23 @@ describe("dense steps", () => {
   it("timed once per shape set and thread count: the cache holds it and the next plan reuses it", () => {
     const cache = join(scratch, "machine.json");
     const pack = openPack(packPath);
-    const first = withDenseSteps(machine(), denseShapes(pack.file, pack.config.nLayer), cache);
+    const first = withDenseSteps(machine(), denseShapes(pack.file, SHIPPED), cache);
     const kept = JSON.parse(readFileSync(cache, "utf8")) as MachineBounds;
     expect(kept.denseSteps).toHaveLength(1);
     expect(kept.denseSteps![0]!.key).toBe(SHIPPED_KEY);
     expect(kept.denseSteps![0]!.attentionUs).toBe(first.denseSteps![0]!.attentionUs);
+    // attention over 256 more positions of 6 layers' F16 KV cache (4 KV heads of 32: 256 B a row
+    // of K and of V) costs something, and less than reading it all at 1 GB/s would
+    expect(kept.denseSteps![0]!.positionUs).toBeGreaterThan(0);
+    expect(kept.denseSteps![0]!.positionUs).toBeLessThan((6 * 2 * 256) / 1e3);
     // with its predictor: another shape set, timed and kept beside the first
     const withPredictor = withDenseSteps(kept, packDenseShapes(pack), cache);
-    expect(withPredictor.denseSteps!.map((d) => d.key)).toEqual([SHIPPED_KEY, PACK_KEY]);
+    expect(withPredictor.denseSteps!.map((d) => d.key)).toEqual([SHIPPED_KEY, PACK_KEY + ffnKey(pack).key]);
     expect(withPredictor.denseSteps![1]!.predictorUs).toBeGreaterThan(0);
+    expect(withPredictor.denseSteps![1]!.gateUs).toBeGreaterThan(0);
+    expect(withPredictor.denseSteps![1]!.upDownUs).toBeGreaterThan(0);
     // no working-set rates in the test machine: the µs as timed, no phase scaling
-    const again = withDenseSteps(kept, denseShapes(readGGUF(defaultModel), 6), cache); // the plain model: the same shapes
+    const again = withDenseSteps(kept, denseShapes(readGGUF(defaultModel), SHIPPED), cache); // the plain model: the same shapes
     expect(again).toBe(kept); // nothing timed, nothing written
     const keptBoth = JSON.parse(readFileSync(cache, "utf8")) as MachineBounds;
     expect(withDenseSteps(keptBoth, packDenseShapes(pack), cache)).toBe(keptBoth);

@@ -170,7 +170,10 @@ describe("neuronpipe probe", () => {
       }
     }
     // the shipped model's dense steps with its pack's linear predictor, timed over the calibration rounds (plan/dense-steps.ts)
-    expect(b.denseSteps?.map((d) => d.key)).toEqual(["6 × (F32 256×256, F32 128×256, F32 128×256, F32 256×256); F32 4096×256; predictor linear Q8_0 192×256, Q8_0 1024×192"]);
+    expect(b.denseSteps?.map((d) => d.key)).toEqual([expect.stringMatching(/^6 × \(F32 256×256, F32 128×256, F32 128×256, F32 256×256; 8 heads of 32, 4 KV\); F32 4096×256; predictor linear Q8_0 192×256, Q8_0 1024×192; ffn \d+ flagged, \d+ fired of 1024 \(F32\/F32\/F32, 256 wide\)$/)]);
+    expect(b.denseSteps![0]!.gateUs).toBeGreaterThan(0);
+    expect(b.denseSteps![0]!.upDownUs).toBeGreaterThan(0);
+    expect(b.denseSteps![0]!.positionUs).toBeGreaterThan(0);
     expect(b.denseSteps![0]!.attentionUs).toBeGreaterThan(0);
     expect(b.denseSteps![0]!.outputUs).toBeGreaterThan(0);
     expect(b.denseSteps![0]!.predictorUs).toBeGreaterThan(0);
@@ -185,7 +188,9 @@ describe("neuronpipe probe", () => {
     expect(second.out).toMatch(/random +4 KiB +32 +\d+/);
     expect(second.out).toMatch(/Q4_0 matvec by working set: 9 MiB [\d.]+, .*, 1440 MiB [\d.]+ GB\/s/);
     expect(second.out).toMatch(/Q4_0 matvec by matrix shape \(128 MiB cycled\): 1024×1024 [\d.]+, .*, 32000×1024 [\d.]+ GB\/s/);
-    expect(second.out).toMatch(/dense steps of 6 × \(F32 256×256, .*\); F32 4096×256; predictor linear Q8_0 192×256, Q8_0 1024×192 on \d thread\(s\): attention's matvecs [\d.]+ µs, classifier [\d.]+ µs, predictor [\d.]+ µs per token/);
+    expect(second.out).toMatch(
+      /dense steps of 6 × \(F32 256×256, .*; 8 heads of 32, 4 KV\); F32 4096×256; predictor linear Q8_0 192×256, Q8_0 1024×192; ffn \d+ flagged, \d+ fired of 1024 \(F32\/F32\/F32, 256 wide\) on \d thread\(s\): attention's matvecs [\d.]+ µs, scores and sums [\d.]+ µs \+ \d+ ns per position of the context, classifier [\d.]+ µs, predictor [\d.]+ µs, gates [\d.]+ µs, up\/down [\d.]+ µs per token/,
+    );
     expect(second.err).toBe(""); // nothing measured, no bar
   }, 600_000);
 
