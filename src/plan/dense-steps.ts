@@ -63,7 +63,7 @@ export type DenseConfig = Pick<ModelConfig, "nLayer" | "nHead" | "nHeadKv" | "he
 /** The matrices of a token's dense steps: per layer attention's four, then the classifier. */
 export interface DenseShapes {
   nLayer: number;
-  /** Attention's heads: the scores and sums over the KV cache, timed at two positions. */
+  /** Attention's heads: its scores and sums over the KV cache, timed at POSITIONS. */
   nHead: number;
   nHeadKv: number;
   headDim: number;
