@@ -24,6 +24,7 @@ import type { Pack } from "../sparse/pack/format.js";
 import type { ModelConfig } from "../model/config.js";
 import type { DenseStepRate } from "./machine.js";
 import { profileRates } from "./cache-model.js";
+import { nonNegativeLeastSquares } from "./least-squares.js";
 
 const ATTENTION = ["attn_q", "attn_k", "attn_v", "attn_output"] as const;
 
@@ -244,17 +245,17 @@ export function measureDenseSteps(shapes: DenseShapes, seconds = 0.3): Omit<Dens
       for (const k of Object.keys(steps) as (keyof typeof steps)[]) passes[k].push(steps[k] * 1000);
     }
     const median = (v: number[]) => [...v].sort((p, q) => p - q)[(v.length - 1) >> 1]!;
-    // the scores' cost: a line through the medians at each position (least squares)
-    const byPosition = POSITIONS.map((p, j) => [p, median(passes.scores.filter((_, i) => i % POSITIONS.length === j))] as const);
-    const mp = byPosition.reduce((a, [p]) => a + p, 0) / byPosition.length;
-    const mu = byPosition.reduce((a, [, u]) => a + u, 0) / byPosition.length;
-    const slope = Math.max(0, byPosition.reduce((a, [p, u]) => a + (p - mp) * (u - mu), 0) / byPosition.reduce((a, [p]) => a + (p - mp) ** 2, 0));
+    // the scores' cost: a line through the medians at each position (least squares, both ≥ 0)
+    const { w } = nonNegativeLeastSquares(
+      POSITIONS.map((p) => [1, p]),
+      POSITIONS.map((_, j) => median(passes.scores.filter((_, i) => i % POSITIONS.length === j))),
+    );
     return {
       key: shapes.key,
       threads: n.getThreads(),
       attentionUs: median(passes.attention),
-      scoresUs: Math.max(0, mu - slope * mp),
-      positionUs: slope,
+      scoresUs: w[0]!,
+      positionUs: w[1]!,
       outputUs: median(passes.output),
       ...(predictor ? { predictorUs: median(passes.predictor) } : {}),
       ...(ffn ? { gateUs: median(passes.gate), upDownUs: median(passes.upDown) } : {}),

@@ -99,6 +99,9 @@ export interface DenseStepRate {
   measuredAt: string;
 }
 
+/** The µs figures of a DenseStepRate (a phase scales each; the calibration takes each one's median over its rounds). */
+export const DENSE_STEP_TIMES = ["attentionUs", "scoresUs", "positionUs", "outputUs", "predictorUs", "gateUs", "upDownUs"] as const satisfies readonly (keyof DenseStepRate)[];
+
 /** A phase check (phase.ts): how fast the machine runs now against its probe, now ÷ probed (> 1: faster). */
 export interface MachinePhase {
   /** The Q4_0 matvec at the probe's working set `workingSet` (bytes). */

@@ -9,7 +9,7 @@
 // `atPhase` scales the probe's rates by what they read now ÷ what they read when probed.
 import { existsSync } from "node:fs";
 import { GGMLType, native } from "../native.js";
-import type { MachineBounds, MachinePhase } from "./machine.js";
+import { DENSE_STEP_TIMES, type MachineBounds, type MachinePhase } from "./machine.js";
 import { measureReadRates, rate } from "./probe.js";
 import { kernelRate } from "./rates.js";
 
@@ -124,7 +124,7 @@ export function atPhase(m: MachineBounds, p: MachinePhase): MachineBounds {
     messages: m.messages && { postMessageUs: slow(m.messages.postMessageUs), atomicsUs: slow(m.messages.atomicsUs) },
     decoders: decoders as MachineBounds["decoders"],
     attention: m.attention && { ...m.attention, headPositionNs: slow(m.attention.headPositionNs) },
-    denseSteps: m.denseSteps?.map((d) => ({ ...d, attentionUs: slow(d.attentionUs), scoresUs: d.scoresUs === undefined ? undefined : slow(d.scoresUs), positionUs: d.positionUs === undefined ? undefined : slow(d.positionUs), outputUs: slow(d.outputUs), predictorUs: d.predictorUs === undefined ? undefined : slow(d.predictorUs), gateUs: d.gateUs === undefined ? undefined : slow(d.gateUs), upDownUs: d.upDownUs === undefined ? undefined : slow(d.upDownUs) })),
+    denseSteps: m.denseSteps?.map((d) => ({ ...d, ...Object.fromEntries(DENSE_STEP_TIMES.map((k) => [k, d[k] === undefined ? undefined : slow(d[k])])) })),
     disk: m.disk && {
       ...m.disk,
       sequentialGBps: m.disk.sequentialGBps * p.reads,

@@ -172,13 +172,15 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   // the predictor as timed for its shapes (dense-steps.ts), else from its bytes and calls (its
   // short rows go through a blocked kernel whose cost per row the kernel table does not measure)
   const predictorPass = rates.oracle ? 0 : (dense?.predictorUs ?? kernel(costs.predictorBytes ?? 0, mv(s.predictorType), 0, 2 * nLayer, MATVEC_TABLE_CALL));
-  // the sparse FFN's gathers as timed between the layers' dense steps at the profile's rates
-  // (dense-steps.ts), else from their bytes at the kernel table's gather and axpy rates
+  // the sparse FFN's gathers as timed between the layers' dense steps at the trained predictor's
+  // rates (dense-steps.ts; not the oracle's), else from their bytes at the kernel table's gather
+  // and axpy rates
+  const gathers = rates.oracle ? undefined : dense;
   const gate = rates.oracle
     ? kernel(gateBytes, mv(pack.gateType), nLayer * nFF, nLayer, MATVEC_TABLE_CALL)
-    : (dense?.gateUs ?? kernel(gateBytes, rate(pack.gateType, "gather"), flagged, nLayer, gatherTableCall(pack.gateType)));
+    : (gathers?.gateUs ?? kernel(gateBytes, rate(pack.gateType, "gather"), flagged, nLayer, gatherTableCall(pack.gateType)));
   const upDown =
-    (!rates.oracle ? dense?.upDownUs : undefined) ??
+    gathers?.upDownUs ??
     kernel(fired * pack.upBytes, rate(pack.upType, "gather"), fired, nLayer, gatherTableCall(pack.upType)) +
       kernel(fired * pack.downBytes, rate(pack.downType, "axpy"), fired, nLayer, gatherTableCall(pack.downType));
   const output = dense ? dense.outputUs : kernel(costs.outputBytes, mv(s.outputType), costs.outputRows || undefined, 1, MATVEC_TABLE_CALL);

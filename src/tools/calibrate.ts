@@ -21,7 +21,7 @@ import { budgetForFfnFraction, planMemory, planOptions } from "../sparse/memory-
 import { openPack } from "../sparse/pack/open.js";
 import { writePack } from "../sparse/pack/write.js";
 import { packDenseShapes, timeDenseSteps } from "../plan/dense-steps.js";
-import { DECODER_COSTS, type AttentionCalibration, type CalibrationRun, type DecoderCalibration, type DecoderCost, type DenseStepRate, type MachineBounds } from "../plan/machine.js";
+import { DECODER_COSTS, DENSE_STEP_TIMES, type AttentionCalibration, type CalibrationRun, type DecoderCalibration, type DecoderCost, type DenseStepRate, type MachineBounds } from "../plan/machine.js";
 import { nonNegativeLeastSquares } from "../plan/least-squares.js";
 import { tokenTime } from "../plan/time-model.js";
 import { shippedFile } from "../util/package-files.js";
@@ -132,8 +132,7 @@ export async function calibrateDecoders(
   const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1]!;
   // the shipped model's dense steps, each the median of the rounds' timings: the fit models the
   // runs with them, as the planner will
-  const medianOf = (k: "attentionUs" | "scoresUs" | "positionUs" | "outputUs" | "predictorUs" | "gateUs" | "upDownUs") => (dense[0]![k] === undefined ? undefined : median(dense.map((d) => d[k]!)));
-  const denseSteps = shapes && { ...dense[0]!, attentionUs: medianOf("attentionUs")!, scoresUs: medianOf("scoresUs"), positionUs: medianOf("positionUs"), outputUs: medianOf("outputUs")!, predictorUs: medianOf("predictorUs"), gateUs: medianOf("gateUs"), upDownUs: medianOf("upDownUs") };
+  const denseSteps: DenseStepRate | undefined = shapes && { ...dense[0]!, ...Object.fromEntries(DENSE_STEP_TIMES.map((k) => [k, dense[0]![k] === undefined ? undefined : median(dense.map((d) => d[k]!))])) };
   const mFit = denseSteps ? { ...m, denseSteps: [...(m.denseSteps ?? []).filter((d) => d.key !== denseSteps.key || d.threads !== denseSteps.threads), denseSteps] } : m;
   // each run: the median of its rounds' µs per token, and of their reads per token
   const medianRun = (ms: Measured[]): Measured => ({ us: median(ms.map((x) => x.us)), reads: median(ms.map((x) => x.reads)) });
