@@ -35,7 +35,9 @@
 //               neurons of later layers overlap this layer's compute: hidden = min(ahead share ×
 //               the reads' device time, compute) (the decoder's own costs per read and batch run
 //               on the calling thread, so none of them hides)
-//   pipeline    compute and reads run on different workers, overlapping by half of the shorter
+//   pipeline    compute + host + reads: its reads run on the I/O loader's worker while compute
+//               runs on the others, but on a machine whose cores all compute that worker takes
+//               their time, and a layer waits for its own reads: nothing measured hides
 //   blocking    (LLMFlash) every read before compute: compute + host + reads
 import type { GGUFFile } from "../gguf/reader.js";
 import type { StepCosts } from "../trace/recorder.js";
@@ -58,9 +60,6 @@ export const AHEAD_SHARE = 0.45;
  * and not fired, 552 more misses); on another machine 54.5 → 61.8 MiB per token (+13%).
  */
 export const AHEAD_EXTRA_READS = 0.14;
-
-/** The share of the shorter of compute and reads the pipeline overlaps (7B at 75% of the FFN: 67 ms per token measured where compute and the decoder's cost were ~53 ms and the reads ~17 ms at the probe's rates). */
-export const PIPELINE_OVERLAP = 0.5;
 
 /**
  * A decoder's own costs before `neuronpipe probe` has calibrated them on this machine: the
@@ -237,11 +236,12 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   const predictor = predictorPass + lookAhead;
   const compute = attention + predictor + gate + upDown + output;
   let hidden = 0;
-  if (o.decoder === "pipeline") {
-    // reads overlap compute on another worker, but not all of them (a layer's compute waits for
-    // its own reads): PIPELINE_OVERLAP of the shorter side
-    hidden = PIPELINE_OVERLAP * Math.min(reads, compute + host);
-  } else if (ahead) {
+  // the pipeline hides none: it was modelled hiding half of the shorter of reads and compute, and
+  // on the 7B at 50% of the FFN (2 cores, both computing) every configuration decoded slower than
+  // compute + host + reads with nothing hidden (6.12–6.83 tok/s against 6.90–7.78), where the
+  // overlap predicted 8.41–9.76; its trace waited 85.7 ms a token for reads the model put at 76.4
+  // (docs/benchmarks.md, 2026-11-28 (morning))
+  if (ahead) {
     // the device's time hides, not the calling thread's own cost per read and batch (hiding those
     // too predicted the 7B at 50% 20% fast on a Zen 5 where reads cost the decoder 2.4 µs each)
     hidden = Math.min(AHEAD_SHARE * throughput, compute);

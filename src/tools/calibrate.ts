@@ -190,12 +190,12 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
       ...(decoder === "inline" ? [128, 0].map((readAhead) => ({ what: `inline decoder, reads ahead ${readAhead ? "on" : "off"}`, predictor: "trained" as const, budget: Number.MAX_SAFE_INTEGER, o: { pinGates: true, readAhead } })) : []),
       // and with half the FFN and gate rows not pinned (the default pins them there): twice the
       // read batches of the pinned run at the same budget, half its reads, so the fit can tell a
-      // batch's cost from a read's
-      ...(decoder === "inline" ? [{ what: "inline decoder with reads, gate rows not pinned (50% resident)", predictor: "trained" as const, budget: withReads[1]!.budget, o: { memory: withReads[1]!.budget, pinGates: false } }] : []),
+      // batch's cost from a read's (the pipeline's too: without this run its fit put all of it in
+      // the batch, 215 µs a batch, and priced the 7B's 100-read batches as the shipped model's 20)
+      ...(decoder !== "blocking" ? [{ what: `${decoder} decoder with reads, gate rows not pinned (50% resident)`, predictor: "trained" as const, budget: withReads[1]!.budget, o: { memory: withReads[1]!.budget, pinGates: false } }] : []),
     ];
     // each run's modelled token without the decoder's costs, and what one unit of each cost adds
-    // to it (the time model is linear in them but for the pipeline's overlap, which the unit
-    // steps see from where the run stands)
+    // to it (the time model is linear in them)
     // each run is modelled with the reads it measured (the forecast's misses scaled to them): the
     // costs fitted are the decoder's, not the cache model's error on the calibration's text
     const runs: CalibrationRun[] = [];

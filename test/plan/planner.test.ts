@@ -360,7 +360,7 @@ describe("time model", () => {
     for (const step of ["predictor", "gate", "upDown"] as const) expect(shaped[step], step).toBeGreaterThan(flat[step]);
   });
 
-  it("reads: k requests per batch at depth k; the pipeline overlaps half of the shorter side with the other, inline adds them", () => {
+  it("reads: k requests per batch at depth k; the pipeline and inline (no reads ahead) both add them, none hidden", () => {
     const inp = input();
     const m = fakeMachine();
     const budget = budgetForFfnFraction(inp.pack, 0.3, planOptions(inp.pack.config, { contextSize: ctx }));
@@ -371,8 +371,9 @@ describe("time model", () => {
     expect(pipe.reads).toBeGreaterThan(0);
     // the test machine reads 80K/s from depth 8 on, 10K/s at depth 1 (interpolated between)
     expect(pipe.reads).toBeGreaterThan((pipe.readsPerToken / 80_000) * 1e6 * 0.999);
-    expect(pipe.hidden).toBeCloseTo(0.5 * Math.min(compute + pipe.host, pipe.reads), 6);
-    expect(pipe.total).toBeCloseTo(compute + pipe.host + pipe.reads - pipe.hidden, 6);
+    // on 2 cores that all compute, the pipeline's loader takes their time: measured, nothing hid
+    expect(pipe.hidden).toBe(0);
+    expect(pipe.total).toBeCloseTo(compute + pipe.host + pipe.reads, 6);
     const inline = tokenTime(inp.shape, mem, m, { ...o, decoder: "inline" });
     expect(inline.hidden).toBe(0);
     expect(inline.total).toBeCloseTo(compute + inline.host + inline.reads, 6);

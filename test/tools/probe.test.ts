@@ -142,7 +142,9 @@ describe("neuronpipe probe", () => {
     for (const [d, c] of Object.entries(b.decoders!)) {
       const costs = DECODER_COSTS.filter((k) => d === "inline" || k !== "aheadNeuronNs");
       const runs = c.runs!;
-      expect(runs.length).toBe(d === "inline" ? 7 : 4);
+      // inline: resident ×2, with reads ×2, reads ahead on and off, gate rows not pinned; the
+      // pipeline: resident ×2, with reads ×2, gate rows not pinned; blocking: the first four
+      expect(runs.length).toBe({ inline: 7, pipeline: 5, blocking: 4 }[d]);
       // resident inline runs: a µs per layer is 6 µs of the token (6 layers), a ns per flagged neuron flagged/1000 µs
       if (d === "inline") for (const r of [runs[0]!, runs[1]!]) expect([r.perUnit!.layerUs, r.perUnit!.neuronNs * 1e3]).toEqual([expect.closeTo(6, 6), expect.closeTo(r.flagged, 3)]);
       // each run modelled with the reads it counted: none resident; with reads, the cache model's
