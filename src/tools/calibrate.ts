@@ -191,7 +191,7 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
       // and with half the FFN and gate rows not pinned (the default pins them there): twice the
       // read batches of the pinned run at the same budget, half its reads, so the fit can tell a
       // batch's cost from a read's (the pipeline's too: without this run its fit put all of it in
-      // the batch, 215 µs a batch, and priced the 7B's 100-read batches as the shipped model's 20)
+      // the batch, 215 µs a batch, and priced the 7B's batches of 120–210 reads as the shipped model's of ~20)
       ...(decoder !== "blocking" ? [{ what: `${decoder} decoder with reads, gate rows not pinned (50% resident)`, predictor: "trained" as const, budget: withReads[1]!.budget, o: { memory: withReads[1]!.budget, pinGates: false } }] : []),
     ];
     // each run's modelled token without the decoder's costs, and what one unit of each cost adds
