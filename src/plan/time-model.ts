@@ -235,17 +235,14 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   const lookAhead = ahead ? predictorPass + us(flagged * missShare * pack.gateBytes, rate(pack.gateType, "gather")) + (flagged * (cal.aheadNeuronNs ?? 0)) / 1e3 : 0;
   const predictor = predictorPass + lookAhead;
   const compute = attention + predictor + gate + upDown + output;
-  let hidden = 0;
-  // the pipeline hides none: it was modelled hiding half of the shorter of reads and compute, and
-  // on the 7B at 50% of the FFN (2 cores, both computing) every configuration decoded slower than
-  // compute + host + reads with nothing hidden (6.12–6.83 tok/s against 6.90–7.78), where the
-  // overlap predicted 8.41–9.76; its trace waited 85.7 ms a token for reads the model put at 76.4
-  // (docs/benchmarks.md, 2026-11-28 (morning))
-  if (ahead) {
-    // the device's time hides, not the calling thread's own cost per read and batch (hiding those
-    // too predicted the 7B at 50% 20% fast on a Zen 5 where reads cost the decoder 2.4 µs each)
-    hidden = Math.min(AHEAD_SHARE * throughput, compute);
-  }
+  // only reads ahead hide, and of them the device's time, not the calling thread's own cost per
+  // read and batch (hiding those too predicted the 7B at 50% 20% fast on a Zen 5 where reads cost
+  // the decoder 2.4 µs each). The pipeline hides none: it was modelled hiding half of the shorter
+  // of reads and compute, and on the 7B at 50% of the FFN (2 cores, both computing) every
+  // configuration decoded slower than compute + host + reads with nothing hidden (6.12–6.83 tok/s
+  // against 6.90–7.78), where the overlap predicted 8.41–9.76; its trace waited 85.7 ms a token
+  // for reads the model put at 76.4 (docs/benchmarks.md, 2026-11-28 (morning))
+  const hidden = ahead ? Math.min(AHEAD_SHARE * throughput, compute) : 0;
   const total = compute + host + reads - hidden;
   const exposed = reads - hidden;
   const bottleneck = exposed > compute && exposed > host ? "reads" : host > compute ? "host" : "compute";
