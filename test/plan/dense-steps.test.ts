@@ -12,7 +12,7 @@ import { denseShapes, measureDenseSteps, packDenseShapes } from "../../src/plan/
 import { profileRates } from "../../src/plan/cache-model.js";
 import { machineIdentity, type MachineBounds } from "../../src/plan/machine.js";
 import { tokenTime } from "../../src/plan/time-model.js";
-import { native } from "../../src/native.js";
+import { GateKind, native } from "../../src/native.js";
 import { planMemory } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { defaultModel, scratchDefaultPack } from "../helpers/default-pack.js";
@@ -214,7 +214,7 @@ describe("dense steps", () => {
           const i = l * (flagged + fired) * 4;
           n.matvecRows(pack.gateType, mapped.id, at, 1024, 256, idx, i, flagged, x, 0, g, 0, B);
           n.matvecRows(pack.upType, mapped.id, at + pack.gateBlock, 1024, 256, idx, i + flagged * 4, fired, x, 0, u, 0, B);
-          n.gatedAct(1, g, 0, u, 0, h, 0, fired);
+          n.gatedAct(GateKind.ReGLU, g, 0, u, 0, h, 0, fired);
           n.axpyRows(pack.downType, mapped.id, at + pack.gateBlock + pack.upBytes, 1024, 256, idx, i + flagged * 4, fired, h, 0, o, 0, B);
         }
       };
