@@ -9,6 +9,7 @@ import { native } from "../native.js";
 import type { ExecutionPlan } from "../plan/planner.js";
 import type { OpenOptions } from "./options.js";
 import { planForLoad, sparsePlanOptions } from "./planned.js";
+import { isPackFile } from "../sparse/pack/format.js";
 import { openPack } from "../sparse/pack/open.js";
 import { createTokenizer, type Tokenizer } from "../tokenizer/index.js";
 import { parseBytes } from "../util/bytes.js";
@@ -39,11 +40,6 @@ export interface OpenedModel {
   sparse?: SparseParts;
   /** The execution plan the pack was opened with (its knobs, overrides and predicted speed). */
   plan?: ExecutionPlan;
-}
-
-/** Is this GGUF a neuron pack (`neuronpipe pack`)? */
-export function isPackFile(file: GGUFFile): boolean {
-  return file.metadata.has("neuronpipe.pack.version");
 }
 
 /** Set the native pool's thread count from a load option (checked; `who` names the caller in the error). */

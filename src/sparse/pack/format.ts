@@ -78,6 +78,12 @@ export const PACK_VERSION = 1;
 export const PACK_ALIGNMENT = 4096;
 /** Metadata key prefix of every pack key. */
 export const P = "neuronpipe.pack.";
+
+/** Is this GGUF a neuron pack (`neuronpipe pack`)? */
+export function isPackFile(file: GGUFFile): boolean {
+  return file.metadata.has(`${P}version`);
+}
+
 export const I8 = 24; // GGUF value types used by pack keys
 export const I32 = 26;
 export const F32 = 0;
