@@ -2,6 +2,7 @@
 // this machine's cached probe, or read from a saved plan — with every knob given explicitly
 // overriding it. The overrides are recorded in the plan that the model, its traces and the
 // benchmarks carry.
+import { closeSync, openSync, readSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { native } from "../native.js";
 import { cachedMachine, keepMachine, machineCachePath, measureBounds, type MachineBounds } from "../plan/machine.js";
@@ -12,7 +13,8 @@ import { denseShapes, packDenseShapes, timeDenseSteps, type DenseShapes } from "
 import { readGGUF, type GGUFFile } from "../gguf/reader.js";
 import { readConfig } from "../model/config.js";
 import { planOptions, type PlanOptions } from "../sparse/memory-plan.js";
-import type { Pack } from "../sparse/pack/format.js";
+import { isPackFile, type Pack } from "../sparse/pack/format.js";
+import { openPack } from "../sparse/pack/open.js";
 import type { DecoderKind } from "./decoder.js";
 import type { OpenOptions } from "./options.js";
 
@@ -52,6 +54,19 @@ export function machineForPlan(modelPath: string, pack?: Pack): MachineBounds {
 
 /** A plain model's dense shapes (no predictor). */
 const plainDenseShapes = (file: GGUFFile) => denseShapes(file, readConfig(file));
+
+/** The dense shapes a plan of the model at `path` times (a pack's or a plain model's); undefined for a file that is not a GGUF (the probe's `--file` may be any file on the storage). */
+export function fileDenseShapes(path: string): DenseShapes | undefined {
+  const magic = Buffer.alloc(4);
+  const fd = openSync(path, "r");
+  try {
+    if (readSync(fd, magic, 0, 4, 0) < 4 || magic.toString("latin1") !== "GGUF") return undefined;
+  } finally {
+    closeSync(fd);
+  }
+  const file = readGGUF(path);
+  return isPackFile(file) ? packDenseShapes(openPack(path)) : plainDenseShapes(file);
+}
 
 /** `m` with the dense steps of `shapes` timed on the pool's threads (once: kept in the probe's cache at `cachePath`; undefined shapes: `m` as it is). */
 export function withDenseSteps(m: MachineBounds, shapes: DenseShapes | undefined, cachePath: string): MachineBounds {

@@ -22,7 +22,7 @@ import { GateKind, GGMLType, native } from "../native.js";
 import { tensorTypeName } from "../gguf/types.js";
 import type { Pack } from "../sparse/pack/format.js";
 import type { ModelConfig } from "../model/config.js";
-import type { DenseStepRate } from "./machine.js";
+import { DENSE_STEP_TIMES, type DenseStepRate } from "./machine.js";
 import { profileRates } from "./cache-model.js";
 import { nonNegativeLeastSquares } from "./least-squares.js";
 
@@ -380,3 +380,32 @@ function ffnGathers(f: FfnShape, nLayer: number, ids: number[]) {
 export function timeDenseSteps(shapes: DenseShapes, seconds = 1): DenseStepRate {
   return { ...measureDenseSteps(shapes, seconds), measuredAt: new Date().toISOString() };
 }
+
+/**
+ * Dense steps timed in passes, as KernelSampler times the kernels: each model's steps timed once a
+ * pass (a key given twice, once), and each step's rate the median of its passes; a phase of the
+ * machine that lasts a pass moves one sample, not the rate.
+ */
+export class DenseStepSampler {
+  private readonly shapes: DenseShapes[];
+  /** Per model (its shapes' key), what each pass measured. */
+  readonly samples = new Map<string, DenseStepRate[]>();
+
+  constructor(
+    shapes: readonly DenseShapes[],
+    readonly seconds = 0.3,
+  ) {
+    this.shapes = [...new Map(shapes.map((s) => [s.key, s])).values()];
+  }
+
+  pass(): void {
+    for (const s of this.shapes) this.samples.set(s.key, [...(this.samples.get(s.key) ?? []), timeDenseSteps(s, this.seconds)]);
+  }
+
+  /** Each model's steps, each the median of its passes (the upper middle of an even count); the first pass's other fields. */
+  rates(): DenseStepRate[] {
+    const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1]!;
+    return [...this.samples.values()].map((d) => ({ ...d[0]!, ...Object.fromEntries(DENSE_STEP_TIMES.map((k) => [k, d[0]![k] === undefined ? undefined : median(d.map((x) => x[k]!))])) }));
+  }
+}
+

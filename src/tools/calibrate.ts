@@ -20,8 +20,8 @@ import { packPlannerInput, sparsePlanOptions } from "../decode/planned.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../sparse/memory-plan.js";
 import { openPack } from "../sparse/pack/open.js";
 import { writePack } from "../sparse/pack/write.js";
-import { packDenseShapes, timeDenseSteps } from "../plan/dense-steps.js";
-import { DECODER_COSTS, DENSE_STEP_TIMES, type AttentionCalibration, type CalibrationRun, type DecoderCalibration, type DecoderCost, type DenseStepRate, type MachineBounds } from "../plan/machine.js";
+import { DenseStepSampler, packDenseShapes, type DenseShapes } from "../plan/dense-steps.js";
+import { DECODER_COSTS, type AttentionCalibration, type CalibrationRun, type DecoderCalibration, type DecoderCost, type DenseStepRate, type MachineBounds } from "../plan/machine.js";
 import { nonNegativeLeastSquares } from "../plan/least-squares.js";
 import { tokenTime } from "../plan/time-model.js";
 import { shippedFile } from "../util/package-files.js";
@@ -96,44 +96,52 @@ const ATTENTION_TOKENS = 193;
  */
 export const CALIBRATION_ROUNDS = 5;
 
+export interface CalibrationOptions {
+  /** Hears each decode measured, and how many there are. */
+  onStep?: (what: string, done: number, total: number) => void;
+  /** Runs after each counted round, before the fit (the probe measures its kernels again there, into `m.kernels`, which the fit then uses). */
+  afterRound?: () => void;
+  /** Rounds counted (CALIBRATION_ROUNDS by default). */
+  rounds?: number;
+  /**
+   * Other models' dense steps to time in every round beside the shipped model's (the probe's
+   * `--file`), each step the median of the rounds: timed once at a first plan, the 7B's attention
+   * was a one-second snapshot of 22.6 ms a token where other timings read 29.9–31.9, and the plan
+   * predicted its resident decode 26% fast (docs/benchmarks.md, "2026-11-28 (morning)").
+   */
+  alsoTime?: readonly DenseShapes[];
+}
+
 /**
- * Fit attention's and each decoder's costs on the shipped pack (about four minutes at 5 rounds on a 2-core VM); `onStep` hears each decode
- * measured, and how many there are; `afterRound` runs after each counted round, before the fit
- * (the probe measures its kernels again there, into `m.kernels`, which the fit then uses).
+ * Fit attention's and each decoder's costs on the shipped pack (about four minutes at 5 rounds on
+ * a 2-core VM), and time the dense steps of it and of `o.alsoTime` in every round.
  */
-export async function calibrateDecoders(
-  m: MachineBounds,
-  cacheDir: string,
-  onStep?: (what: string, done: number, total: number) => void,
-  afterRound?: () => void,
-  rounds = CALIBRATION_ROUNDS,
-): Promise<Calibration> {
+export async function calibrateDecoders(m: MachineBounds, cacheDir: string, o: CalibrationOptions = {}): Promise<Calibration> {
+  const rounds = o.rounds ?? CALIBRATION_ROUNDS;
   const path = await calibrationPack(cacheDir);
   // first pass: list the runs the fit needs; then measure them in interleaved rounds; then fit
   const wanted = new Map<string, { run: Run; what: string }>();
   await fit(m, path, async (run, what) => (wanted.set(JSON.stringify(run), { run, what }), { us: 1, reads: 0 }));
   const times = new Map<string, Measured[]>();
-  const calibrated = openPack(path);
-  const shapes = packDenseShapes(calibrated);
-  const dense: DenseStepRate[] = [];
+  const shipped = packDenseShapes(openPack(path));
+  const dense = new DenseStepSampler([...(shipped ? [shipped] : []), ...(o.alsoTime ?? [])]);
   const total = wanted.size * (rounds + 1);
   let done = 0;
   for (let round = 0; round <= rounds; round++) {
     for (const [key, { run, what }] of wanted) {
-      onStep?.(`${what} (round ${round + 1} of ${rounds + 1})`, done++, total);
+      o.onStep?.(`${what} (round ${round + 1} of ${rounds + 1})`, done++, total);
       const measured = await decodeUs(path, run);
       if (round > 0) times.set(key, [...(times.get(key) ?? []), measured]);
     }
     if (round > 0) {
-      afterRound?.();
-      if (shapes) dense.push(timeDenseSteps(shapes, 0.3));
+      o.afterRound?.();
+      dense.pass();
     }
   }
   const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1]!;
-  // the shipped model's dense steps, each the median of the rounds' timings: the fit models the
-  // runs with them, as the planner will
-  const denseSteps: DenseStepRate | undefined = shapes && { ...dense[0]!, ...Object.fromEntries(DENSE_STEP_TIMES.map((k) => [k, dense[0]![k] === undefined ? undefined : median(dense.map((d) => d[k]!))])) };
-  const mFit = denseSteps ? { ...m, denseSteps: [...(m.denseSteps ?? []).filter((d) => d.key !== denseSteps.key || d.threads !== denseSteps.threads), denseSteps] } : m;
+  // the fit models the shipped model's runs with its dense steps as timed over the rounds, as the planner will
+  const denseSteps = dense.rates();
+  const mFit = { ...m, denseSteps: [...(m.denseSteps ?? []).filter((d) => !denseSteps.some((x) => x.key === d.key && x.threads === d.threads)), ...denseSteps] };
   // each run: the median of its rounds' µs per token, and of their reads per token
   const medianRun = (ms: Measured[]): Measured => ({ us: median(ms.map((x) => x.us)), reads: median(ms.map((x) => x.reads)) });
   return { ...(await fit(mFit, path, async (run) => medianRun(times.get(JSON.stringify(run))!))), denseSteps };
@@ -142,12 +150,12 @@ export async function calibrateDecoders(
 export interface Calibration {
   decoders: NonNullable<MachineBounds["decoders"]>;
   attention: AttentionCalibration;
-  /** The shipped model's dense steps as timed over the rounds (undefined: a model without them). */
-  denseSteps?: DenseStepRate;
+  /** The dense steps of the shipped model and of `alsoTime`, as timed over the rounds. */
+  denseSteps: DenseStepRate[];
 }
 
 /** The fit from measured µs per token of each run (`measure`): attention over positions first, then each decoder with it. */
-async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: string) => Promise<Measured>): Promise<Calibration> {
+async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: string) => Promise<Measured>): Promise<Omit<Calibration, "denseSteps">> {
   const pack = openPack(path);
   const threads = Math.max(...m0.memory.map((x) => x.threads));
   const prompt = createTokenizer(vocabFromGGUF(pack.file)).encode(PROMPT).length;

@@ -2,13 +2,13 @@
 // shapes read from the shipped model by hand, the timing against the same matvecs run by this test
 // on the model's real weights (its file mapped), the time model against a hand computation with
 // a machine whose dense steps the test sets, and the cache against the file it writes.
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { packPlannerInput, withDenseSteps } from "../../src/decode/planned.js";
+import { fileDenseShapes, packPlannerInput, withDenseSteps } from "../../src/decode/planned.js";
 import { readGGUF } from "../../src/gguf/reader.js";
-import { denseShapes, measureDenseSteps, packDenseShapes } from "../../src/plan/dense-steps.js";
+import { DenseStepSampler, denseShapes, measureDenseSteps, packDenseShapes } from "../../src/plan/dense-steps.js";
 import { profileRates } from "../../src/plan/cache-model.js";
 import { machineIdentity, type MachineBounds } from "../../src/plan/machine.js";
 import { tokenTime } from "../../src/plan/time-model.js";
@@ -295,5 +295,40 @@ describe("dense steps", () => {
     expect(again).toBe(kept); // nothing timed, nothing written
     const keptBoth = JSON.parse(readFileSync(cache, "utf8")) as MachineBounds;
     expect(withDenseSteps(keptBoth, packDenseShapes(pack), cache)).toBe(keptBoth);
+  });
+
+  it("in passes (DenseStepSampler): a model's steps once a pass however often given, each step the median of its passes", () => {
+    const pack = openPack(packPath);
+    const plain = denseShapes(pack.file, SHIPPED)!;
+    const withPredictor = packDenseShapes(pack)!;
+    const s = new DenseStepSampler([plain, withPredictor, plain], 0.02);
+    for (let i = 0; i < 3; i++) s.pass();
+    expect([...s.samples.keys()]).toEqual([SHIPPED_KEY, withPredictor.key]);
+    const rates = s.rates();
+    expect(rates.map((r) => r.key)).toEqual([SHIPPED_KEY, withPredictor.key]);
+    for (const r of rates) {
+      const samples = s.samples.get(r.key)!;
+      expect(samples).toHaveLength(3);
+      for (const k of ["attentionUs", "outputUs", "scoresUs", "positionUs"] as const) expect(r[k], `${r.key} ${k}`).toBe(samples.map((x) => x[k]!).sort((a, b) => a - b)[1]);
+    }
+    // the plain model has no predictor to time; the pack's is the middle of its passes too
+    expect(rates[0]!.predictorUs).toBeUndefined();
+    expect(rates[1]!.predictorUs).toBe(s.samples.get(withPredictor.key)!.map((x) => x.predictorUs!).sort((a, b) => a - b)[1]);
+  });
+
+  it("a file's dense shapes (the probe's --file): a pack's with its predictor, a plain model's without, none for a file that is not a GGUF, a clear error for a broken one", () => {
+    expect(fileDenseShapes(packPath)!.key).toBe(packDenseShapes(openPack(packPath))!.key);
+    expect(fileDenseShapes(packPath)!.key).toMatch(new RegExp(`^${PACK_KEY.replace(/[()]/g, "\\$&")}; ffn `));
+    expect(fileDenseShapes(defaultModel)!.key).toBe(SHIPPED_KEY);
+    const noise = join(scratch, "noise.bin");
+    writeFileSync(noise, Buffer.from("not a model at all"));
+    expect(fileDenseShapes(noise)).toBeUndefined();
+    const short = join(scratch, "short.gguf");
+    writeFileSync(short, Buffer.from("GG"));
+    expect(fileDenseShapes(short)).toBeUndefined();
+    // "GGUF" and then a header cut short: the reader's error, naming the file
+    const cut = join(scratch, "cut.gguf");
+    writeFileSync(cut, readFileSync(defaultModel).subarray(0, 64));
+    expect(() => fileDenseShapes(cut)).toThrow(/cut\.gguf/);
   });
 });

@@ -5,6 +5,7 @@ import { existsSync } from "node:fs";
 import { dirname } from "node:path";
 import { cachedMachine, keepMachine, machineCachePath, readsPerCall, type MachineBounds } from "../../plan/machine.js";
 import { KernelSampler, probeMachine } from "../../plan/probe.js";
+import { fileDenseShapes } from "../../decode/planned.js";
 import { CALIBRATION_ROUNDS, calibrateDecoders } from "../../tools/calibrate.js";
 import { UsageError, type Command } from "../command.js";
 import { progressBar } from "../progress.js";
@@ -14,7 +15,7 @@ export const probe: Command = {
   usage: "neuronpipe probe [--file PATH] [--refresh] [--rounds N] [--json]",
   options: { file: { type: "string" }, refresh: { type: "boolean" }, rounds: { type: "string" }, json: { type: "boolean" }, help: { type: "boolean", short: "h" } },
   help: {
-    file: "a file on the storage to measure with direct I/O (a model or pack you run); without it, no storage figures",
+    file: "a file on the storage to measure with direct I/O (a model or pack you run: its dense steps are timed too); without it, no storage figures",
     refresh: "measure again even when this host's probe is cached",
     rounds: `rounds of the decoders' calibration runs, each run's cost the median of its rounds (default ${CALIBRATION_ROUNDS}; more for a noisy machine: each adds about a minute on a 2-core VM)`,
     json: "print JSON",
@@ -38,22 +39,23 @@ export const probe: Command = {
         // the decoders' own costs, on the shipped model (tools/calibrate.ts)
         const cal = v.json ? undefined : progressBar("calibrating the decoders");
         let steps = 0;
-        const { decoders, attention, denseSteps } = await calibrateDecoders(
-          probed,
-          dirname(machineCachePath()),
-          (_what, done, total) => cal?.(done, (steps = total)),
-          () => {
+        // and the --file model's dense steps, timed in every round as the shipped model's are
+        const alsoTime = file === undefined ? undefined : fileDenseShapes(file);
+        const { decoders, attention, denseSteps } = await calibrateDecoders(probed, dirname(machineCachePath()), {
+          onStep: (_what, done, total) => cal?.(done, (steps = total)),
+          afterRound: () => {
             sampler.pass();
             probed.kernels = sampler.rates();
             probed.workingSets = sampler.workingSetRates();
             probed.shapes = sampler.shapeRates();
           },
           rounds,
-        );
+          alsoTime: alsoTime && [alsoTime],
+        });
         cal?.(steps, steps);
         probed.decoders = decoders;
         probed.attention = attention;
-        probed.denseSteps = denseSteps && [denseSteps];
+        probed.denseSteps = denseSteps;
         probed.calibrationRounds = rounds;
         b = probed;
       } finally {
