@@ -134,13 +134,23 @@ export interface DecoderCalibration {
   requestUs: number;
   /** Inline decoder with reads ahead: ns per flagged neuron of the layer looked ahead (choosing which of them to read; the extra predictor pass and gate rows are modelled from bytes). */
   aheadNeuronNs?: number;
+  /**
+   * Inline decoder with gate rows pinned: µs per layer beyond the unpinned layer's (the gate rows
+   * gathered from their own region, apart from the up+down slots). Resident on the shipped model,
+   * pinned runs took 392–460 µs a token where unpinned took 325–387 in three probes, and a fit
+   * without it put the unpinned token 6–16% slow. Absent (older probes): 0.
+   */
+  pinnedLayerUs?: number;
   /** The runs it was fitted on: flagged neurons per token, measured µs per token, modelled µs per token with none of these costs, and how many µs one unit of each cost adds to that run's token (the fit's columns). */
   runs?: CalibrationRun[];
 }
 
 /** The costs a decoder's calibration fits. */
-export const DECODER_COSTS = ["layerUs", "neuronNs", "batchUs", "requestUs", "aheadNeuronNs"] as const;
+export const DECODER_COSTS = ["layerUs", "neuronNs", "batchUs", "requestUs", "aheadNeuronNs", "pinnedLayerUs"] as const;
 export type DecoderCost = (typeof DECODER_COSTS)[number];
+
+/** The costs fitted for a decoder: reads ahead and pinned gate rows are inline's alone (the pipeline's five runs would determine a sixth cost exactly, not fit it). */
+export const decoderCosts = (decoder: string): DecoderCost[] => DECODER_COSTS.filter((k) => decoder === "inline" || (k !== "aheadNeuronNs" && k !== "pinnedLayerUs"));
 
 export interface CalibrationRun {
   flagged: number;

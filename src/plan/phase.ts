@@ -114,7 +114,7 @@ export function meanPhase(phases: readonly MachinePhase[]): MachinePhase {
 export function atPhase(m: MachineBounds, p: MachinePhase): MachineBounds {
   const fast = p.memory;
   const slow = (x: number) => x / fast;
-  const decoders = m.decoders && Object.fromEntries(Object.entries(m.decoders).map(([k, d]) => [k, d && { ...d, layerUs: slow(d.layerUs), neuronNs: slow(d.neuronNs), batchUs: d.batchUs === undefined ? undefined : slow(d.batchUs), requestUs: slow(d.requestUs), aheadNeuronNs: d.aheadNeuronNs === undefined ? undefined : slow(d.aheadNeuronNs) }]));
+  const decoders = m.decoders && Object.fromEntries(Object.entries(m.decoders).map(([k, d]) => [k, d && { ...d, layerUs: slow(d.layerUs), neuronNs: slow(d.neuronNs), batchUs: d.batchUs === undefined ? undefined : slow(d.batchUs), requestUs: slow(d.requestUs), aheadNeuronNs: d.aheadNeuronNs === undefined ? undefined : slow(d.aheadNeuronNs), pinnedLayerUs: d.pinnedLayerUs === undefined ? undefined : slow(d.pinnedLayerUs) }]));
   return {
     ...m,
     memory: m.memory.map((x) => ({ ...x, readGBps: x.readGBps * fast })),

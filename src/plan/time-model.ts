@@ -20,9 +20,9 @@
 //   GB/s and 1.4 GiB at ~41; and each step's calls and rows cost what the probe's matvec by
 //   matrix shape says beyond their bytes, against the shape the kernel table was measured on —
 //   a 1024×1024 matrix reads at about half the rate of a 4096×4096 one)
-//   host        the decoder's own cost on the calling thread: µs per layer + ns per flagged
-//               neuron (cache lookups, chunking, task messages), calibrated by the probe on the
-//               shipped model (tools/calibrate.ts)
+//   host        the decoder's own cost on the calling thread: µs per layer (more with gate rows
+//               pinned) + ns per flagged neuron (cache lookups, chunking, task messages),
+//               calibrated by the probe on the shipped model (tools/calibrate.ts)
 //   reads       per layer, the cache model's misses (cache-model.ts) as requests of a gate block,
 //               an up+down block or a bundle, each kind one batch: the time the probe measured
 //               for a batch of that many reads of that block size at the queue's depth, + the
@@ -184,7 +184,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
       kernel(fired * pack.downBytes, rate(pack.downType, "axpy"), fired, nLayer, gatherTableCall(pack.downType));
   const output = dense ? dense.outputUs : kernel(costs.outputBytes, mv(s.outputType), costs.outputRows || undefined, 1, MATVEC_TABLE_CALL);
   const cal: DecoderCalibration = m.decoders?.[o.decoder] ?? UNCALIBRATED[o.decoder];
-  const host = nLayer * cal.layerUs + (flagged * cal.neuronNs) / 1e3;
+  const host = nLayer * (cal.layerUs + (plan.gatesPinned ? (cal.pinnedLayerUs ?? 0) : 0)) + (flagged * cal.neuronNs) / 1e3;
   // reads: the cache model's misses, a request each
   const blocking = o.decoder === "blocking";
   const fc = forecastCache(rates, {

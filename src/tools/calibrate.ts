@@ -21,7 +21,7 @@ import { budgetForFfnFraction, planMemory, planOptions } from "../sparse/memory-
 import { openPack } from "../sparse/pack/open.js";
 import { writePack } from "../sparse/pack/write.js";
 import { DenseStepSampler, packDenseShapes, type DenseShapes } from "../plan/dense-steps.js";
-import { DECODER_COSTS, type AttentionCalibration, type CalibrationRun, type DecoderCalibration, type DecoderCost, type DenseStepRate, type MachineBounds } from "../plan/machine.js";
+import { DECODER_COSTS, decoderCosts, type AttentionCalibration, type CalibrationRun, type DecoderCalibration, type DecoderCost, type DenseStepRate, type MachineBounds } from "../plan/machine.js";
 import { nonNegativeLeastSquares } from "../plan/least-squares.js";
 import { tokenTime } from "../plan/time-model.js";
 import { shippedFile } from "../util/package-files.js";
@@ -183,7 +183,7 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
   const m: MachineBounds = { ...m0, attention };
   // the timed tokens decode at positions prompt … prompt + TOKENS − 2: modelled at their mean
   const position = meanPosition(0, TOKENS - 1);
-  const none: DecoderCalibration = { layerUs: 0, neuronNs: 0, batchUs: 0, requestUs: 0, aheadNeuronNs: 0 };
+  const none: DecoderCalibration = { layerUs: 0, neuronNs: 0, batchUs: 0, requestUs: 0, aheadNeuronNs: 0, pinnedLayerUs: 0 };
   const inputs = { trained: packPlannerInput(pack, { contextSize: CONTEXT, predictor: "trained" }), oracle: packPlannerInput(pack, { contextSize: CONTEXT, predictor: "oracle" }) };
   const withReads = [0.25, 0.5].map((f) => ({ f, budget: budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: CONTEXT })) }));
   const out: NonNullable<MachineBounds["decoders"]> = {};
@@ -225,7 +225,7 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
     // tell a batch's cost from a read's, and fitted freely the pipeline's came out at 0 µs per
     // read, the planner chose it for the 7B at 25% and 50% of the FFN, and it decoded 1.68 and
     // 3.05 tok/s where it predicted 2.72 and 6.19
-    const costs = DECODER_COSTS.filter((k) => decoder === "inline" || k !== "aheadNeuronNs");
+    const costs = decoderCosts(decoder);
     const floor = decoder === "pipeline" ? (out.inline?.requestUs ?? 0) : 0;
     const { w } = nonNegativeLeastSquares(
       runs.map((r) => costs.map((k) => r.perUnit![k])),

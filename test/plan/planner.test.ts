@@ -379,6 +379,24 @@ describe("time model", () => {
     expect(inline.total).toBeCloseTo(compute + inline.host + inline.reads, 6);
   });
 
+  it("host: µs per layer, more by the calibrated pinned-layer cost when the plan pins gate rows, + ns per flagged neuron (by hand)", () => {
+    const inp = input();
+    const budget = budgetForFfnFraction(inp.pack, 0.6, planOptions(inp.pack.config, { contextSize: ctx }));
+    const mem = (pinGates: boolean) => planMemory(inp.pack, budget, inp.optionsFor("inline", budget, { pinGates, hotShare: 0.5, clusterSize: 32 }));
+    const [pinned, loose] = [mem(true), mem(false)];
+    expect([pinned.gatesPinned, loose.gatesPinned]).toEqual([true, false]);
+    const cal = { layerUs: 30, neuronNs: 2, batchUs: 0, requestUs: 0, pinnedLayerUs: 9 };
+    const m = { ...fakeMachine(), decoders: { inline: cal } };
+    const o = { decoder: "inline", threads: 2, queueDepth: 32, readAhead: false, position: 9, window: 5 } as const;
+    const { nLayer } = inp.pack.config;
+    const flagged = inp.shape.rates.flaggedPerToken;
+    expect(tokenTime(inp.shape, pinned, m, o).host).toBeCloseTo(nLayer * (30 + 9) + (flagged * 2) / 1e3, 9);
+    expect(tokenTime(inp.shape, loose, m, o).host).toBeCloseTo(nLayer * 30 + (flagged * 2) / 1e3, 9);
+    // an older probe without the cost: pinned and not alike
+    const { pinnedLayerUs: _, ...older } = cal;
+    expect(tokenTime(inp.shape, pinned, { ...m, decoders: { inline: older } }, o).host).toBeCloseTo(nLayer * 30 + (flagged * 2) / 1e3, 9);
+  });
+
   it("reads ahead (inline, pinned gate rows) read AHEAD_EXTRA_READS more up+down blocks than the cache model's misses, and hide AHEAD_SHARE of the reads' device time under compute", () => {
     const inp = input();
     const m = fakeMachine();

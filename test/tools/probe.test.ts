@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli.js";
-import { DECODER_COSTS, measureDisk, measureMemory, type MachineBounds } from "../../src/plan/machine.js";
+import { decoderCosts, measureDisk, measureMemory, type MachineBounds } from "../../src/plan/machine.js";
 import { callCosts } from "../../src/plan/rates.js";
 import { KernelSampler, measureKernels, measureMessages, measureReadRates, medianReadRates } from "../../src/plan/probe.js";
 
@@ -140,7 +140,7 @@ describe("neuronpipe probe", () => {
     // µs to how much one unit of each cost adds to the run; where a cost is > 0 the residuals are
     // orthogonal to its column, where it is 0 raising it would not fit better
     for (const [d, c] of Object.entries(b.decoders!)) {
-      const costs = DECODER_COSTS.filter((k) => d === "inline" || k !== "aheadNeuronNs");
+      const costs = decoderCosts(d);
       const runs = c.runs!;
       // inline: resident ×2, with reads ×2, reads ahead on and off, gate rows not pinned; the
       // pipeline: resident ×2, with reads ×2, gate rows not pinned; blocking: the first four
