@@ -137,8 +137,9 @@ export interface DecoderCalibration {
   /**
    * Inline decoder with gate rows pinned: µs per layer beyond the unpinned layer's (the gate rows
    * gathered from their own region, apart from the up+down slots). Resident on the shipped model,
-   * pinned runs took 392–460 µs a token where unpinned took 325–387 in three probes, and a fit
-   * without it put the unpinned token 6–16% slow. Absent (older probes): 0.
+   * pinned runs took 392–460 µs a token where unpinned took 325–387 in four probes, and a fit
+   * without it put the unpinned token 6–16% slow; with it (and relative errors), within 1%.
+   * Absent (older probes): 0.
    */
   pinnedLayerUs?: number;
   /** The runs it was fitted on: flagged neurons per token, measured µs per token, modelled µs per token with none of these costs, and how many µs one unit of each cost adds to that run's token (the fit's columns). */

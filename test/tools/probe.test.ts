@@ -137,8 +137,9 @@ describe("neuronpipe probe", () => {
     expect(l!.position - e!.position).toBe(96);
     expect(b.attention!.headPositionNs).toBeCloseTo(Math.max(0, (slope / 48) * 1e3), 9);
     // each decoder's costs: the least-squares fit, every cost ≥ 0, of its runs' measured − modelled
-    // µs to how much one unit of each cost adds to the run; where a cost is > 0 the residuals are
-    // orthogonal to its column, where it is 0 raising it would not fit better
+    // µs to how much one unit of each cost adds to the run, each run's equation divided by its
+    // measured µs (relative errors); where a cost is > 0 the residuals are orthogonal to its
+    // column, where it is 0 raising it would not fit better
     for (const [d, c] of Object.entries(b.decoders!)) {
       const costs = decoderCosts(d);
       const runs = c.runs!;
@@ -158,11 +159,11 @@ describe("neuronpipe probe", () => {
           expect(r.perUnit!.requestUs).toBeLessThanOrEqual(r.measuredReads! + 1e-6);
         }
       }
-      const resid = runs.map((r) => r.measuredUs - r.modelledUs - costs.reduce((a, k) => a + (c[k] ?? 0) * r.perUnit![k], 0));
+      const resid = runs.map((r) => (r.measuredUs - r.modelledUs - costs.reduce((a, k) => a + (c[k] ?? 0) * r.perUnit![k], 0)) / r.measuredUs);
       const norm = (v: number[]) => Math.sqrt(v.reduce((a, x) => a + x * x, 0));
-      const yNorm = norm(runs.map((r) => r.measuredUs - r.modelledUs));
+      const yNorm = norm(runs.map((r) => (r.measuredUs - r.modelledUs) / r.measuredUs));
       for (const k of costs) {
-        const col = runs.map((r) => r.perUnit![k]);
+        const col = runs.map((r) => r.perUnit![k] / r.measuredUs);
         if (norm(col) === 0) continue;
         const g = col.reduce((a, x, n) => a + x * resid[n]!, 0) / (norm(col) * yNorm);
         // the pipeline's cost per read is at least inline's (the fit's lower bound there)
