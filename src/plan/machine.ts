@@ -137,8 +137,8 @@ export interface DecoderCalibration {
   /**
    * Inline decoder with gate rows pinned: µs per layer beyond the unpinned layer's (the gate rows
    * gathered from their own region, apart from the up+down slots). Resident on the shipped model,
-   * pinned runs took 392–460 µs a token where unpinned took 325–387 in four probes, and a fit
-   * without it put the unpinned token 6–16% slow; with it (and relative errors), within 1%.
+   * pinned runs took 392–460 µs a token where unpinned took 325–387 in four of five probes, and
+   * a fit without it put the unpinned token 6–16% slow; with it (and relative errors), within 2%.
    * Absent (older probes): 0.
    */
   pinnedLayerUs?: number;
