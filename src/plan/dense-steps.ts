@@ -408,4 +408,3 @@ export class DenseStepSampler {
     return [...this.samples.values()].map((d) => ({ ...d[0]!, ...Object.fromEntries(DENSE_STEP_TIMES.map((k) => [k, d[0]![k] === undefined ? undefined : median(d.map((x) => x[k]!))])) }));
   }
 }
-

@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { runCli } from "../helpers/cli.js";
+import { shippedFile } from "../../src/util/package-files.js";
 import { decoderCosts, measureDisk, measureMemory, type MachineBounds } from "../../src/plan/machine.js";
 import { callCosts } from "../../src/plan/rates.js";
 import { KernelSampler, measureKernels, measureMessages, measureReadRates, medianReadRates } from "../../src/plan/probe.js";
@@ -206,5 +207,12 @@ describe("neuronpipe probe", () => {
     const rounds = await cli(["probe", "--refresh", "--rounds", "0"]);
     expect(rounds.code).not.toBe(0);
     expect(rounds.err).toMatch(/--rounds must be a whole number from 1 to 99, got: 0/);
+    // a GGUF cut short as --file: refused by name before anything is measured (its dense steps are read first)
+    const cut = join(dir, "cut.gguf");
+    writeFileSync(cut, readFileSync(shippedFile("neuronpipe-default.gguf")).subarray(0, 64));
+    const broken = await cli(["probe", "--refresh", "--file", cut], { NEURONPIPE_PROGRESS: "1" });
+    expect(broken.code).not.toBe(0);
+    expect(broken.err).toMatch(/cut\.gguf/);
+    expect(broken.err).not.toMatch(/probing/);
   });
 });

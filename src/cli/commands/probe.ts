@@ -24,6 +24,9 @@ export const probe: Command = {
     if (pos.length > 0) throw new UsageError(`probe takes no positional arguments, got: ${pos.join(" ")}`);
     const file = v.file as string | undefined;
     if (file !== undefined && !existsSync(file)) throw new UsageError(`--file ${file} does not exist`);
+    // a model's or pack's dense steps are timed in every calibration round, as the shipped
+    // model's are (read before probing: a broken GGUF stops the probe before its minutes)
+    const alsoTime = file === undefined ? undefined : fileDenseShapes(file);
     const rounds = v.rounds === undefined ? CALIBRATION_ROUNDS : Number(v.rounds);
     if (!Number.isInteger(rounds) || rounds < 1 || rounds > 99) throw new UsageError(`--rounds must be a whole number from 1 to 99, got: ${v.rounds}`);
     let b: MachineBounds | undefined = v.refresh ? undefined : cachedMachine();
@@ -39,8 +42,6 @@ export const probe: Command = {
         // the decoders' own costs, on the shipped model (tools/calibrate.ts)
         const cal = v.json ? undefined : progressBar("calibrating the decoders");
         let steps = 0;
-        // and the --file model's dense steps, timed in every round as the shipped model's are
-        const alsoTime = file === undefined ? undefined : fileDenseShapes(file);
         const { decoders, attention, denseSteps } = await calibrateDecoders(probed, dirname(machineCachePath()), {
           onStep: (_what, done, total) => cal?.(done, (steps = total)),
           afterRound: () => {
