@@ -98,6 +98,12 @@ function phaseMeter(path) {
   return meters.get(path);
 }
 
+/** This process's resident bytes, and how many of them are in transparent huge pages (a resident 7B streams 3.8 GB a token; on 4 KiB pages its TLB misses would cost). */
+function processMemory() {
+  const kb = (k) => Number(readFileSync("/proc/self/smaps_rollup", "utf8").match(new RegExp(`^${k}:\\s+(\\d+) kB`, "m"))?.[1] ?? NaN) * 1024;
+  return { rss: kb("Rss"), hugePages: kb("AnonHugePages") };
+}
+
 /**
  * Median decode tok/s of `reps` sampled generations after a warm-up, the plan the model was
  * loaded with, and its prediction at the timed tokens' mean position: from the probe
@@ -110,10 +116,12 @@ async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
   const before = meter.measure();
   const m = await openForMeasure(path, opts, ctx);
   const runs = [];
+  let memory;
   try {
     await generation(m, warmup, 0);
     m.reads = m.counted = 0;
     for (let rep = 0; rep < reps; rep++) runs.push(await generation(m, tokens, rep + 1));
+    memory = processMemory();
   } finally {
     await closeMeasured(m);
   }
@@ -133,6 +141,7 @@ async function measure(path, opts, { tokens, ctx, reps = 5, warmup = 16 }) {
     tokPerSec: median(runs),
     runs: [...runs].sort((a, b) => a - b),
     readsPerToken: m.counted ? m.reads / m.counted : 0,
+    memory,
     knobs: p?.knobs,
     overrides: p?.overrides,
     position,
@@ -225,7 +234,7 @@ async function fractionRounds(name, path, o) {
     const error = r.predicted / r.tokPerSec - 1;
     const errorsAtPhase = runs[i].map((x) => x.predictedAtPhase / x.tokPerSec - 1);
     const errorAtPhase = median(errorsAtPhase);
-    log(`${name}, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(digits)} tok/s (median of ${rounds} rounds: ${runs[i].map((x) => x.tokPerSec.toFixed(digits)).join(", ")}; quartiles ${pct(spread[0])} / ${pct(spread[1])}), predicted ${r.predicted.toFixed(digits)} (${pct(error)}); at each round's phase ${pct(errorAtPhase)} (rounds ${errorsAtPhase.map(pct).join(", ")}; phases ${runs[i].map((x) => x.phase.memory.toFixed(2)).join(", ")}); reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}`);
+    log(`${name}, ${100 * f}% of the FFN: measured ${r.tokPerSec.toFixed(digits)} tok/s (median of ${rounds} rounds: ${runs[i].map((x) => x.tokPerSec.toFixed(digits)).join(", ")}; quartiles ${pct(spread[0])} / ${pct(spread[1])}), predicted ${r.predicted.toFixed(digits)} (${pct(error)}); at each round's phase ${pct(errorAtPhase)} (rounds ${errorsAtPhase.map(pct).join(", ")}; phases ${runs[i].map((x) => x.phase.memory.toFixed(2)).join(", ")}); reads/token ${r.readsPerToken.toFixed(0)} (predicted ${(r.predictedReads ?? 0).toFixed(0)}), ${JSON.stringify(r.knobs)}; in huge pages ${runs[i].map((x) => `${(x.memory.hugePages / 2 ** 30).toFixed(2)} of ${(x.memory.rss / 2 ** 30).toFixed(2)}`).join(", ")} GiB`);
     return { ffn: f, budget: budgets[i] ?? null, ...r, rounds: runs[i].map((x) => x.tokPerSec), phases: runs[i].map((x) => x.phase), spread, error, errorAtPhase, errorsAtPhase };
   });
 }
