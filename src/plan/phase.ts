@@ -9,7 +9,7 @@
 // `atPhase` scales the probe's rates by what they read now ÷ what they read when probed.
 import { existsSync } from "node:fs";
 import { GGMLType, native } from "../native.js";
-import { DENSE_STEP_TIMES, type MachineBounds, type MachinePhase } from "./machine.js";
+import { DECODER_COSTS, DENSE_STEP_TIMES, type MachineBounds, type MachinePhase } from "./machine.js";
 import { measureReadRates, rate } from "./probe.js";
 import { kernelRate } from "./rates.js";
 
@@ -114,7 +114,8 @@ export function meanPhase(phases: readonly MachinePhase[]): MachinePhase {
 export function atPhase(m: MachineBounds, p: MachinePhase): MachineBounds {
   const fast = p.memory;
   const slow = (x: number) => x / fast;
-  const decoders = m.decoders && Object.fromEntries(Object.entries(m.decoders).map(([k, d]) => [k, d && { ...d, layerUs: slow(d.layerUs), neuronNs: slow(d.neuronNs), batchUs: d.batchUs === undefined ? undefined : slow(d.batchUs), requestUs: slow(d.requestUs), aheadNeuronNs: d.aheadNeuronNs === undefined ? undefined : slow(d.aheadNeuronNs), pinnedLayerUs: d.pinnedLayerUs === undefined ? undefined : slow(d.pinnedLayerUs) }]));
+  // every decoder cost is a time: each slower (an absent one stays absent)
+  const decoders = m.decoders && Object.fromEntries(Object.entries(m.decoders).map(([k, d]) => [k, d && { ...d, ...Object.fromEntries(DECODER_COSTS.map((c) => [c, d[c] === undefined ? undefined : slow(d[c])])) }]));
   return {
     ...m,
     memory: m.memory.map((x) => ({ ...x, readGBps: x.readGBps * fast })),

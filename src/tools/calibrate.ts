@@ -183,7 +183,7 @@ async function fit(m0: MachineBounds, path: string, measure: (run: Run, what: st
   const m: MachineBounds = { ...m0, attention };
   // the timed tokens decode at positions prompt … prompt + TOKENS − 2: modelled at their mean
   const position = meanPosition(0, TOKENS - 1);
-  const none: DecoderCalibration = { layerUs: 0, neuronNs: 0, batchUs: 0, requestUs: 0, aheadNeuronNs: 0, pinnedLayerUs: 0 };
+  const none = Object.fromEntries(DECODER_COSTS.map((k) => [k, 0])) as Record<DecoderCost, number>;
   const inputs = { trained: packPlannerInput(pack, { contextSize: CONTEXT, predictor: "trained" }), oracle: packPlannerInput(pack, { contextSize: CONTEXT, predictor: "oracle" }) };
   const withReads = [0.25, 0.5].map((f) => ({ f, budget: budgetForFfnFraction(pack, f, planOptions(pack.config, { contextSize: CONTEXT })) }));
   const out: NonNullable<MachineBounds["decoders"]> = {};
