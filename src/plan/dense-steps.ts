@@ -25,6 +25,7 @@ import type { ModelConfig } from "../model/config.js";
 import { DENSE_STEP_TIMES, type DenseStepRate } from "./machine.js";
 import { profileRates } from "./cache-model.js";
 import { nonNegativeLeastSquares } from "./least-squares.js";
+import { median } from "../util/median.js";
 
 const ATTENTION = ["attn_q", "attn_k", "attn_v", "attn_output"] as const;
 
@@ -244,21 +245,22 @@ export function measureDenseSteps(shapes: DenseShapes, seconds = 0.3): Omit<Dens
       passes.output.push((performance.now() - t1) * 1000);
       for (const k of Object.keys(steps) as (keyof typeof steps)[]) passes[k].push(steps[k] * 1000);
     }
-    const median = (v: number[]) => [...v].sort((p, q) => p - q)[(v.length - 1) >> 1]!;
+    // each step the lower middle of its passes (not util/median's upper middle: kept as timed before)
+    const lowerMedian = (v: number[]) => [...v].sort((p, q) => p - q)[(v.length - 1) >> 1]!;
     // the scores' cost: a line through the medians at each position (least squares, both ≥ 0)
     const { w } = nonNegativeLeastSquares(
       POSITIONS.map((p) => [1, p]),
-      POSITIONS.map((_, j) => median(passes.scores.filter((_, i) => i % POSITIONS.length === j))),
+      POSITIONS.map((_, j) => lowerMedian(passes.scores.filter((_, i) => i % POSITIONS.length === j))),
     );
     return {
       key: shapes.key,
       threads: n.getThreads(),
-      attentionUs: median(passes.attention),
+      attentionUs: lowerMedian(passes.attention),
       scoresUs: w[0]!,
       positionUs: w[1]!,
-      outputUs: median(passes.output),
-      ...(predictor ? { predictorUs: median(passes.predictor) } : {}),
-      ...(ffn ? { gateUs: median(passes.gate), upDownUs: median(passes.upDown) } : {}),
+      outputUs: lowerMedian(passes.output),
+      ...(predictor ? { predictorUs: lowerMedian(passes.predictor) } : {}),
+      ...(ffn ? { gateUs: lowerMedian(passes.gate), upDownUs: lowerMedian(passes.upDown) } : {}),
     };
   } finally {
     for (const id of ids) n.free(id);
@@ -404,7 +406,6 @@ export class DenseStepSampler {
 
   /** Each model's steps, each the median of its passes (the upper middle of an even count); the first pass's other fields. */
   rates(): DenseStepRate[] {
-    const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1]!;
     return [...this.samples.values()].map((d) => ({ ...d[0]!, ...Object.fromEntries(DENSE_STEP_TIMES.map((k) => [k, d[0]![k] === undefined ? undefined : median(d.map((x) => x[k]!))])) }));
   }
 }

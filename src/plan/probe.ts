@@ -6,6 +6,7 @@
 import { statSync } from "node:fs";
 import { Worker } from "node:worker_threads";
 import { GGMLType, native } from "../native.js";
+import { median } from "../util/median.js";
 import { keepMachine, machineCachePath, measureBounds, readsPerCall, steadyBatch, type KernelRate, type MachineBounds, type MessageRates, type ReadRate, type ShapeRate, type WorkingSetRate } from "./machine.js";
 
 const MiB = 2 ** 20;
@@ -283,7 +284,6 @@ export function medianReadRates(passes: readonly ReadRate[][]): ReadRate[] {
 
 /** A message to a worker thread and back: postMessage, and Atomics wait/notify on shared memory (median of `count`, µs). */
 export async function measureMessages(count = 2000): Promise<MessageRates> {
-  const median = (a: number[]) => [...a].sort((p, q) => p - q)[a.length >> 1]!;
   const echo = new Worker(`const { parentPort } = require("node:worker_threads"); parentPort.on("message", (m) => parentPort.postMessage(m));`, { eval: true });
   const post: number[] = [];
   try {

@@ -24,6 +24,7 @@ import { DenseStepSampler, packDenseShapes, type DenseShapes } from "../plan/den
 import { DECODER_COSTS, decoderCosts, type AttentionCalibration, type CalibrationRun, type DecoderCalibration, type DecoderCost, type DenseStepRate, type MachineBounds } from "../plan/machine.js";
 import { nonNegativeLeastSquares } from "../plan/least-squares.js";
 import { tokenTime } from "../plan/time-model.js";
+import { median } from "../util/median.js";
 import { shippedFile } from "../util/package-files.js";
 import { createTokenizer } from "../tokenizer/index.js";
 import { vocabFromGGUF } from "../model/vocab.js";
@@ -138,7 +139,6 @@ export async function calibrateDecoders(m: MachineBounds, cacheDir: string, o: C
       dense.pass();
     }
   }
-  const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1]!;
   // the fit models the shipped model's runs with its dense steps as timed over the rounds, as the planner will
   const denseSteps = dense.rates();
   const mFit = { ...m, denseSteps: [...(m.denseSteps ?? []).filter((d) => !denseSteps.some((x) => x.key === d.key && x.threads === d.threads)), ...denseSteps] };
