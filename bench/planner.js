@@ -100,7 +100,8 @@ function phaseMeter(path) {
 
 /** This process's resident bytes, and how many of them are in transparent huge pages (a resident 7B streams 3.8 GB a token; on 4 KiB pages its TLB misses would cost). */
 function processMemory() {
-  const kb = (k) => Number(readFileSync("/proc/self/smaps_rollup", "utf8").match(new RegExp(`^${k}:\\s+(\\d+) kB`, "m"))?.[1] ?? NaN) * 1024;
+  const rollup = readFileSync("/proc/self/smaps_rollup", "utf8");
+  const kb = (k) => Number(rollup.match(new RegExp(`^${k}:\\s+(\\d+) kB`, "m"))?.[1] ?? NaN) * 1024;
   return { rss: kb("Rss"), hugePages: kb("AnonHugePages") };
 }
 
