@@ -25,6 +25,7 @@ import type { ModelConfig } from "../model/config.js";
 import { DENSE_STEP_TIMES, type DenseStepRate } from "./machine.js";
 import { profileRates } from "./cache-model.js";
 import { nonNegativeLeastSquares } from "./least-squares.js";
+import { lcg } from "../util/lcg.js";
 import { median } from "../util/median.js";
 
 const ATTENTION = ["attn_q", "attn_k", "attn_v", "attn_output"] as const;
@@ -334,11 +335,8 @@ function ffnGathers(f: FfnShape, nLayer: number, ids: number[]) {
   const idx = n.alloc(nLayer * perLayer * 4);
   ids.push(idx);
   const iv = n.viewI32(idx, 0, nLayer * perLayer);
-  let seed = 12345;
-  const random = (k: number) => {
-    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
-    return Math.floor((seed / 2 ** 32) * k);
-  };
+  const next = lcg();
+  const random = (k: number) => Math.floor((next() / 2 ** 32) * k);
   const own = slots >= nLayer * f.nFF;
   const span = own ? f.nFF : slots;
   for (let l = 0; l < nLayer; l++) {

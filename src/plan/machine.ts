@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writ
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { native } from "../native.js";
+import { lcg } from "../util/lcg.js";
 
 export interface MemoryBound {
   threads: number;
@@ -255,11 +256,10 @@ export function measureDisk(path: string, opts: { seqBytes?: number; randomReads
     const pages = Math.floor(Math.min(size, 2 * 1024 * MiB) / page);
     const count = opts.randomReads ?? 20_000;
     const slots = (4 * chunk) / page;
-    let x = 12345;
+    const random = lcg();
     const rnd = new Float64Array(count * 4);
     for (let i = 0; i < count; i++) {
-      x = (Math.imul(x, 1103515245) + 12345) >>> 0;
-      rnd.set([(x % pages) * page, page, buf, (i % slots) * page], i * 4);
+      rnd.set([(random() % pages) * page, page, buf, (i % slots) * page], i * 4);
     }
     t0 = performance.now();
     const per = 1024;

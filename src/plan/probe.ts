@@ -6,6 +6,7 @@
 import { statSync } from "node:fs";
 import { Worker } from "node:worker_threads";
 import { GGMLType, native } from "../native.js";
+import { lcg } from "../util/lcg.js";
 import { median } from "../util/median.js";
 import { keepMachine, machineCachePath, measureBounds, readsPerCall, steadyBatch, type KernelRate, type MachineBounds, type MessageRates, type ReadRate, type ShapeRate, type WorkingSetRate } from "./machine.js";
 
@@ -67,16 +68,14 @@ export function measureReadRates(path: string, seconds = 0.15, points: readonly 
         const slots = Math.floor((16 * MiB) / p.blockBytes);
         const batch = readsPerCall(p);
         const blocks = Math.floor(Math.min(size, 2048 * MiB) / p.blockBytes);
-        let x = 12345, next = 0;
+        const random = lcg();
+        let next = 0;
         const req = new Float64Array(batch * 4);
         const fill = () => {
           for (let i = 0; i < batch; i++) {
             let b: number;
             if (p.kind === "sequential") b = next++ % blocks;
-            else {
-              x = (Math.imul(x, 1103515245) + 12345) >>> 0;
-              b = x % blocks;
-            }
+            else b = random() % blocks;
             req.set([b * p.blockBytes, p.blockBytes, buf, (i % slots) * p.blockBytes], i * 4);
           }
         };
