@@ -4,6 +4,11 @@ import { GGUFError, type GGUFFile, metaBool, metaNumber, metaString, requireNumb
 /** FFN gate: SwiGLU silu(gate)*up; ReGLU relu(gate)*up (ReluLLaMA, ProSparse); dReLU relu(gate)*relu(up) (TurboSparse, PowerInfer `bamboo`). */
 export type FfnActivation = "swiglu" | "reglu" | "drelu";
 
+/** The classifier's tensor: `output.weight`, or the token embedding when the two are tied (no `output.weight`). */
+export function classifierTensor(f: GGUFFile): "output.weight" | "token_embd.weight" {
+  return f.tensorsByName.has("output.weight") ? "output.weight" : "token_embd.weight";
+}
+
 export interface ModelConfig {
   arch: string;
   nLayer: number;

@@ -3,7 +3,7 @@
 import { GGUFError, type GGUFFile, type TensorInfo } from "../gguf/reader.js";
 import { computeTypes, tensorTypeName } from "../gguf/types.js";
 import { GGMLType, native } from "../native.js";
-import type { ModelConfig } from "./config.js";
+import { classifierTensor, type ModelConfig } from "./config.js";
 
 /** A weight matrix of `rows` rows by `cols` columns (GGUF ne = [cols, rows]) in native memory. */
 export interface Tensor {
@@ -102,7 +102,7 @@ export function bindWeights(f: GGUFFile, cfg: ModelConfig, fileBuf: number, opts
     });
   }
   const tokenEmbd = matrix("token_embd.weight", dim, nVocab);
-  const tiedOutput = !f.tensorsByName.has("output.weight");
+  const tiedOutput = classifierTensor(f) === "token_embd.weight";
   return {
     tokenEmbd,
     layers,

@@ -21,7 +21,7 @@ import type { GGUFFile } from "../gguf/reader.js";
 import { GateKind, GGMLType, native } from "../native.js";
 import { tensorTypeName } from "../gguf/types.js";
 import type { Pack } from "../sparse/pack/format.js";
-import type { ModelConfig } from "../model/config.js";
+import { classifierTensor, type ModelConfig } from "../model/config.js";
 import { DENSE_STEP_TIMES, type DenseStepRate } from "./machine.js";
 import { profileRates } from "./cache-model.js";
 import { nonNegativeLeastSquares } from "./least-squares.js";
@@ -93,7 +93,7 @@ export function denseShapes(file: GGUFFile, cfg: DenseConfig, predictorForm?: "m
     return t && t.ne.length === 2 ? { type: t.type, rows: t.ne[1]!, cols: t.ne[0]! } : undefined;
   };
   const attention = ATTENTION.map((n) => matrix(`blk.0.${n}.weight`));
-  const output = matrix(file.tensorsByName.has("output.weight") ? "output.weight" : "token_embd.weight");
+  const output = matrix(classifierTensor(file));
   if (!output || attention.some((a) => !a)) return undefined;
   const name = (m: Matrix) => `${tensorTypeName(m.type)} ${m.rows}×${m.cols}`;
   const fc1 = matrix("blk.0.fc1.weight");

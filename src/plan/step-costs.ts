@@ -2,7 +2,7 @@
 // prints each step's time beside the time this machine needs to move those bytes). Taken from
 // the model file's own tensors, so they are what the kernels read, quantisation included.
 import type { GGUFFile } from "../gguf/reader.js";
-import type { ModelConfig } from "../model/config.js";
+import { classifierTensor, type ModelConfig } from "../model/config.js";
 import type { StepCosts } from "../trace/recorder.js";
 import { predictorBytes } from "../sparse/memory-plan.js";
 import type { SparseParts } from "../sparse/parts.js";
@@ -21,7 +21,7 @@ export function stepCosts(file: GGUFFile, cfg: ModelConfig, sparse?: Pick<Sparse
   };
   const rows = (name: string) => file.tensorsByName.get(name)?.ne[1] ?? 0;
   const attentionRows = ["attn_q", "attn_k", "attn_v", "attn_output"].reduce((a, n) => a + rows(`blk.0.${n}.weight`), 0);
-  const classifier = file.tensorsByName.has("output.weight") ? "output.weight" : "token_embd.weight"; // tied: the embedding
+  const classifier = classifierTensor(file);
   const output = bytes(classifier) + bytes("output_norm.weight");
   const costs: StepCosts = {
     nLayer: cfg.nLayer,

@@ -40,6 +40,7 @@
 //               their time, and a layer waits for its own reads: nothing measured hides
 //   blocking    (LLMFlash) every read before compute: compute + host + reads
 import type { GGUFFile } from "../gguf/reader.js";
+import { classifierTensor } from "../model/config.js";
 import type { StepCosts } from "../trace/recorder.js";
 import type { DecoderCalibration, KernelRate, MachineBounds } from "./machine.js";
 import type { Pack } from "../sparse/pack/format.js";
@@ -116,7 +117,7 @@ export function modelShape(pack: Pack, costs: StepCosts, rates: ProfileRates): M
     pack,
     costs,
     attentionType: t("blk.0.attn_q.weight"),
-    outputType: f.tensorsByName.has("output.weight") ? t("output.weight") : t("token_embd.weight"),
+    outputType: t(classifierTensor(f)),
     predictorType: pack.predictor?.[0]?.type ?? 0,
     rates,
     dense: packDenseShapes(pack),
