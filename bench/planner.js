@@ -22,9 +22,9 @@
 // (--parts: the default model's steps 1-4 — or its step 1 alone: default-fractions —, the
 // synthetic model's fractions, the 7B's fractions, its grid, Fig. 9; all by default)
 // Decode speed = tokens/s of sampled generations (seeded; greedy decoding of the small model
-// falls into loops that read nothing), median of 5 after a warm-up (the 7B: of 2), one model at a
+// falls into loops that read nothing), median of 5 after a warm-up (the 7B: of 3), one model at a
 // time; predicted vs measured takes the median of rounds over the budgets (--rounds, default 11 for
-// the small models, 3 for the 7B) after one round not counted, and reports the rounds' spread (the
+// the small models, 5 for the 7B) after one round not counted, and reports the rounds' spread (the
 // quartiles ÷ the median − 1: how far this machine's noise alone moves a point).
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -209,7 +209,7 @@ async function grid(path, budget, o, configs = GRID) {
 }
 
 /**
- * Predicted against measured at 25/50/75/100% of the FFN: rounds (o.rounds, default 3) over the four budgets, each
+ * Predicted against measured at 25/50/75/100% of the FFN: rounds (o.rounds) over the four budgets, each
  * budget's median (this machine's speed drifts by more than the model's errors between minutes,
  * so the budgets are measured alternately, not one after the other).
  */
@@ -328,7 +328,11 @@ else {
   // plan predicts a warm one. With 4, the first rep caught the warming: at 50% of the FFN a load's
   // first 12 tokens took 227 ms each and the next 36 101–108, and the same code's 50% and 75%
   // points moved by 30% from run to run (7.4–9.6 and 11.2–15.0 tok/s, 2026-11-27 (night))
-  const o = { tokens: Number(v["tokens-7b"]), ctx: 512, reps: 2, warmup: 24, rounds: Number(v.rounds ?? 3) };
+  // 5 rounds of 3 generations: a load's speed holds within a few % while loads differ by up to a
+  // fifth (the resident plan, 8 loads in turn in one process: 19.4–20.8 tok/s within one load,
+  // medians from 20.1 to 24.1 between loads, 2026-11-28), so it takes loads, not tokens, to
+  // settle the median; with 3 rounds of 2 it fell 15% below the prediction in 2 of 3 runs
+  const o = { tokens: Number(v["tokens-7b"]), ctx: 512, reps: 3, warmup: 24, rounds: Number(v.rounds ?? 5) };
   const out = (results.sevenB = { pack: pack7, fractions: [], fig9: [] });
   if (parts.has("7b")) out.fractions = await fractionRounds("7B", pack7, o);
   if (parts.has("7b-grid")) {
