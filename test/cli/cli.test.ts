@@ -1,5 +1,5 @@
 // The CLI's commands through main(argv), capturing what they print.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { Readable } from "node:stream";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -186,6 +186,13 @@ describe("neuronpipe CLI", () => {
     expect(t.err).toMatch(/--max-tokens must be a whole number/);
     expect((await cli("synth", "--out", join(dir, "x.gguf"), "--shape", "huge")).err).toMatch(/unknown shape "huge"/);
     expect((await cli("synth", "--out", join(dir, "x.gguf"), "--type", "q5_k")).err).toMatch(/unknown weight type "q5_k"/);
+    const rankAlone = await cli("synth", "--out", join(dir, "x.gguf"), "--gate-rank", "8");
+    expect(rankAlone.code).toBe(2);
+    expect(rankAlone.err).toMatch(/--gate-rank plants sparsity: it needs --active-fraction/);
+    const groupsAlone = await cli("synth", "--out", join(dir, "x.gguf"), "--activation", "reglu", "--active-fraction", "0.1", "--cofire-group", "8");
+    expect(groupsAlone.code).toBe(1);
+    expect(groupsAlone.err).toMatch(/co-firing groups act through the low-rank gate structure: give a gate rank too/);
+    expect(existsSync(join(dir, "x.gguf"))).toBe(false); // nothing written
     expect((await cli("inspect", join(dir, "x.gguf"))).err).toMatch(/cannot open/);
   });
 });

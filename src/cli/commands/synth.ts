@@ -26,12 +26,16 @@ export const synth: Command = {
     "hot-neurons": { type: "string" },
     "hot-share": { type: "string" },
     "gate-rank": { type: "string" },
+    "cofire-group": { type: "string" },
+    "cofire-share": { type: "string" },
     help: { type: "boolean", short: "h" },
   },
   help: {
     out: "output GGUF path (required)",
     ...forceHelp,
-    "gate-rank": "with --active-fraction: gate rows = rank-R structure + 5% noise, so activations are predictable from x as in trained models (default 0: independent random rows)",
+    "gate-rank": "with --active-fraction: gate rows = rank-R structure + 1% noise, so activations are predictable from x as in trained models (default 0: independent random rows)",
+    "cofire-group": "with --gate-rank: plant co-firing groups of N neurons, scattered over each layer, that share most of their gate direction (default 0: none)",
+    "cofire-share": "with --cofire-group: share of a member's gate structure its group gives, the correlation of two members' pre-activations (default 0.9)",
     "active-fraction": "plant ReLU sparsity (reglu/drelu): mean share of FFN neurons firing per token, e.g. 0.1",
     "hot-neurons": "with --active-fraction: share of neurons that give --hot-share of activations (default 0.2)",
     "hot-share": "with --active-fraction: default 0.8",
@@ -67,6 +71,9 @@ export const synth: Command = {
     if (!["swiglu", "reglu", "drelu"].includes(activation)) throw new UsageError(`--activation must be swiglu, reglu or drelu`);
     const tokenizer = (v.tokenizer as string | undefined) ?? "llama2";
     if (tokenizer !== "llama2" && tokenizer !== "llama3" && tokenizer !== "bytes") throw new UsageError(`--tokenizer must be llama2, llama3 or bytes`);
+    for (const k of ["gate-rank", "cofire-group", "cofire-share", "hot-neurons", "hot-share"]) {
+      if (v[k] !== undefined && v["active-fraction"] === undefined) throw new UsageError(`--${k} plants sparsity: it needs --active-fraction`);
+    }
     const w = synthModel({
       shape,
       type: ((v.type as string | undefined) ?? "q4_0").toLowerCase(),
@@ -82,6 +89,8 @@ export const synth: Command = {
               hotNeurons: num(v["hot-neurons"], "hot-neurons", { min: 0 }) ?? 0.2,
               hotShare: num(v["hot-share"], "hot-share", { min: 0 }) ?? 0.8,
               gateRank: num(v["gate-rank"], "gate-rank", { int: true, min: 0 }) ?? 0,
+              cofireGroup: num(v["cofire-group"], "cofire-group", { int: true, min: 0 }) ?? 0,
+              cofireShare: num(v["cofire-share"], "cofire-share", { min: 0 }),
             },
     });
     const bytes = await w.write(out, { onProgress: progressBar(`writing ${out}`) });

@@ -8,7 +8,11 @@
 // The f_i are log-normal: their spread is chosen so that the hottest `hotNeurons` share of
 // neurons gives `hotShare` of all activations (PowerInfer measured ~20–25% → 80% for ReGLU),
 // their scale so the mean is `activeFraction`. Token-to-token overlap comes from the attention
-// context the consecutive tokens share. `neuronpipe profile` measures what came out.
+// context the consecutive tokens share. With low-rank gates, neurons can also be planted in
+// co-firing groups (`cofireGroup`): a group's members share most of their low-rank direction, so
+// they fire on the same tokens, as neurons of trained models do (PowerInfer-2's neuron bundles).
+// Members are scattered over the layer by a seeded permutation, never side by side by
+// construction. `neuronpipe profile` measures what came out.
 import { Rng } from "../../api/sampling.js";
 
 export interface SparsityPlan {
@@ -22,12 +26,42 @@ export interface SparsityPlan {
    * an R-dimensional projection of x — the structure trained predictors exploit in real models.
    */
   gateRank?: number;
+  /**
+   * Co-firing groups (needs gateRank > 0): neurons per group (0 or 1: none). A member's row of
+   * the low-rank coefficients is √s·(its group's) + √(1−s)·(its own), s = cofireShare, so two
+   * members' low-rank pre-activations correlate by s.
+   */
+  cofireGroup?: number;
+  /** Share of a member's low-rank variance its group gives (default 0.9). */
+  cofireShare?: number;
 }
 
 /** Share of a low-rank gate row's variance that is independent noise. */
 export const GATE_NOISE = 0.01;
 
 export const defaultSparsityPlan: SparsityPlan = { activeFraction: 0.1, hotNeurons: 0.2, hotShare: 0.8, gateRank: 0 };
+
+/** Default share of a co-firing group member's low-rank variance that its group gives. */
+export const COFIRE_SHARE = 0.9;
+
+/**
+ * The planted co-firing group of each of a layer's `nFF` neurons: a seeded shuffle of the neurons
+ * cut into groups of `groupSize` (the last one shorter), so a group's members are scattered over
+ * the layer. What `synth` plants and a test or bench compares with what is measured; never
+ * written into a model.
+ */
+export function cofireGroups(nFF: number, groupSize: number, seed: number): Int32Array {
+  if (!(Number.isInteger(groupSize) && groupSize >= 1)) throw new RangeError(`cofireGroups: group size must be a whole number ≥ 1, got ${groupSize}`);
+  const rng = new Rng(seed);
+  const perm = Int32Array.from({ length: nFF }, (_, i) => i);
+  for (let i = nFF - 1; i > 0; i--) {
+    const j = Math.floor(rng.next() * (i + 1));
+    [perm[i], perm[j]] = [perm[j]!, perm[i]!];
+  }
+  const group = new Int32Array(nFF);
+  perm.forEach((neuron, k) => (group[neuron] = Math.floor(k / groupSize)));
+  return group;
+}
 
 /** Value of the constant residual channel (dimension 0) in every token embedding. */
 export const BIAS_VALUE = 4;

@@ -10,7 +10,7 @@ import { ACTIVATION_KEY, type FfnActivation } from "../../model/config.js";
 import { GGMLType, native } from "../../native.js";
 import { vocabFromHfTokenizerJson } from "../../tokenizer/hf-import.js";
 import type { GgufVocab } from "../../tokenizer/vocab.js";
-import { BIAS_VALUE, GATE_NOISE, biasChannelWeights, neuronFrequencies, type SparsityPlan } from "./plant-sparsity.js";
+import { BIAS_VALUE, COFIRE_SHARE, GATE_NOISE, biasChannelWeights, cofireGroups, neuronFrequencies, type SparsityPlan } from "./plant-sparsity.js";
 
 export interface SynthShape {
   embd: number;
@@ -133,7 +133,7 @@ function randomTensor(type: number, rows: number, cols: number, std: number, see
  * uniform with std gateStd/√rank and 1, so every element keeps variance gateStd². The native
  * matmul forms the chunk's (m, embd) product; A and V are generated once per layer.
  */
-function lowRankGate(ff: number, embd: number, rank: number, gateStd: number, seed: bigint): Edit {
+function lowRankGate(ff: number, embd: number, rank: number, gateStd: number, seed: bigint, cofire?: { group: Int32Array; share: number }): Edit {
   const n = native();
   let a = -1;
   let vt = -1;
@@ -141,8 +141,24 @@ function lowRankGate(ff: number, embd: number, rank: number, gateStd: number, se
     if (a < 0) {
       a = n.alloc(ff * rank * 4);
       vt = n.alloc(embd * rank * 4);
-      n.fillUniform(a, 0, ff * rank, seed * 31n + 1n, (gateStd / Math.sqrt(rank)) * Math.sqrt(3));
+      const half = (gateStd / Math.sqrt(rank)) * Math.sqrt(3); // uniform on ±half: std gateStd/√rank
+      n.fillUniform(a, 0, ff * rank, seed * 31n + 1n, half);
       n.fillUniform(vt, 0, embd * rank, seed * 31n + 2n, Math.sqrt(3)); // Vᵀ: (embd, rank)
+      if (cofire) {
+        // A[i] ← √s·G[group(i)] + √(1−s)·A[i]: the same variance, correlation s within a group
+        const groups = cofire.group.reduce((x, g) => Math.max(x, g), -1) + 1;
+        const g = n.alloc(groups * rank * 4);
+        n.fillUniform(g, 0, groups * rank, seed * 31n + 3n, half);
+        const gv = n.viewF32(g, 0, groups * rank);
+        const av = n.viewF32(a, 0, ff * rank);
+        const own = Math.sqrt(1 - cofire.share);
+        const shared = Math.sqrt(cofire.share);
+        for (let i = 0; i < ff; i++) {
+          const gi = cofire.group[i]! * rank;
+          for (let j = 0; j < rank; j++) av[i * rank + j] = shared * gv[gi + j]! + own * av[i * rank + j]!;
+        }
+        n.free(g);
+      }
     }
     const y = n.alloc(m * cols * 4);
     // Y[t, c] = Σ_j Vᵀ[c, j] · A[r0+t, j]
@@ -206,6 +222,13 @@ export function synthModel(o: SynthOptions): GGUFWriter {
     w.setF32("neuronpipe.synth.hot_neurons", plan.hotNeurons);
     w.setF32("neuronpipe.synth.hot_share", plan.hotShare);
     if (plan.gateRank) w.setU32("neuronpipe.synth.gate_rank", plan.gateRank);
+    if ((plan.cofireGroup ?? 0) > 1) {
+      if (!plan.gateRank) throw new Error("synth: co-firing groups act through the low-rank gate structure: give a gate rank too");
+      const share = plan.cofireShare ?? COFIRE_SHARE;
+      if (!(share >= 0 && share <= 1)) throw new Error(`synth: co-fire share must be in [0, 1], got ${share}`);
+      w.setU32("neuronpipe.synth.cofire_group", plan.cofireGroup!);
+      w.setF32("neuronpipe.synth.cofire_share", share);
+    }
   }
   // planted sparsity: dimension 0 of the residual is a constant bias channel (see plant-sparsity.ts)
   const zeroRow0: Edit | undefined = plan ? (v, r0, _m, cols) => r0 === 0 && v.fill(0, 0, cols) : undefined;
@@ -234,7 +257,9 @@ export function synthModel(o: SynthOptions): GGUFWriter {
     const gateStd = 1 / Math.sqrt(s.embd);
     const bias = plan ? biasChannelWeights(neuronFrequencies(s.ff, plan, Number((seed * 131n + BigInt(l)) % 2147483647n)), s.embd, gateStd) : undefined;
     const rank = plan?.gateRank ?? 0;
-    const lowRank = rank > 0 ? lowRankGate(s.ff, s.embd, rank, gateStd, seed * 7907n + BigInt(l)) : undefined;
+    const groupSize = plan?.cofireGroup ?? 0;
+    const cofire = groupSize > 1 ? { group: cofireGroups(s.ff, groupSize, cofireSeed(seed, l)), share: plan?.cofireShare ?? COFIRE_SHARE } : undefined;
+    const lowRank = rank > 0 ? lowRankGate(s.ff, s.embd, rank, gateStd, seed * 7907n + BigInt(l), cofire) : undefined;
     mat(`${p}ffn_gate.weight`, s.ff, s.embd, gateStd, (v, r0, m, cols) => {
       lowRank?.(v, r0, m, cols);
       if (bias) setCol0((r) => bias[r]!)(v, r0, m, cols);
@@ -246,6 +271,11 @@ export function synthModel(o: SynthOptions): GGUFWriter {
   // logits std ≈ 3: enough spread that the top token is well defined, as in trained models
   if (!o.tiedOutput) mat("output.weight", nVocab, s.embd, 3 / Math.sqrt(s.embd));
   return w;
+}
+
+/** The seed of layer `layer`'s co-firing groups in a model synthesised with `seed` (cofireGroups). */
+export function cofireSeed(seed: bigint | number, layer: number): number {
+  return Number((BigInt(seed) * 733n + BigInt(layer)) % 2147483647n);
 }
 
 /** Size in bytes a synthetic model's tensors take (no metadata). */
