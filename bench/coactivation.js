@@ -13,9 +13,12 @@
 //            often, normalised by both frequencies), measured on the second half
 //
 //   node bench/coactivation.js [--dir /work/models7b] [--tokens 4096] [--tokens-7b 1024]
+//                              [--model M.gguf --text T.txt [--name N]]
 //                              [--cold-from 0.3] [--out bench/results/coactivation.json]
 // The default model (models/, its held-out text) always; the 7B-shaped model with --dir (its
-// random-token text). Nothing here changes a pack: it says whether re-ordering would pay.
+// random-token text); any model with --model and --text (no pack: its order is hot-first by the
+// firing counts of the learning half, as `pack` orders by a profile; --tokens of the text).
+// Nothing here changes a pack: it says whether re-ordering would pay.
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -28,6 +31,9 @@ const { values: v } = parseArgs({
     tokens: { type: "string", default: "4096" },
     "tokens-7b": { type: "string", default: "1024" },
     "cold-from": { type: "string", default: "0.3" },
+    model: { type: "string" },
+    text: { type: "string" },
+    name: { type: "string" },
     out: { type: "string", default: join(rootDir, "bench", "results", "coactivation.json") },
   },
 });
@@ -84,8 +90,15 @@ function coactivationChain(m, firedLists) {
   return chain;
 }
 
+/** A layer's neurons hot-first by how many of the fired lists hold them (ties by index): the order a pack built from that profile has. */
+function orderByCounts(nFF, bits, rowBytes, tokens) {
+  const count = new Float64Array(nFF);
+  for (let t = 0; t < tokens; t++) for (let i = 0; i < nFF; i++) count[i] += (bits[t * rowBytes + (i >> 3)] >> (i & 7)) & 1;
+  return Array.from({ length: nFF }, (_, i) => i).sort((a, b) => count[b] - count[a] || a - b);
+}
+
 async function analyse(name, modelPath, packPath, textPath, nTokens) {
-  const pack = openPack(packPath);
+  const pack = packPath ? openPack(packPath) : undefined;
   const model = await loadModel(modelPath, { contextSize: 512, decoder: "dense" });
   const tokens = model.tokenizer.encode(readFileSync(textPath, "utf8")).slice(0, nTokens);
   const t0 = performance.now();
@@ -100,7 +113,8 @@ async function analyse(name, modelPath, packPath, textPath, nTokens) {
   try {
     for (let l = 0; l < nLayer; l++) {
       const bits = n.viewU8(c.y[l], 0, tokens.length * rowBytes);
-      const cold = Array.from(pack.layers[l].order.slice(coldFrom)); // cold index j → neuron id
+      const order = pack ? pack.layers[l].order : orderByCounts(nFF, bits, rowBytes, half);
+      const cold = Array.from(order.slice(coldFrom)); // cold index j → neuron id
       const firedCold = (t) => cold.flatMap((id, j) => ((bits[t * rowBytes + (id >> 3)] >> (id & 7)) & 1 ? [j] : []));
       const lists = Array.from({ length: tokens.length }, (_, t) => firedCold(t));
       const chain = coactivationChain(cold.length, lists.slice(0, half));
@@ -138,7 +152,7 @@ async function analyse(name, modelPath, packPath, textPath, nTokens) {
     Object.keys(layers[0].perFired).map((k) => [k, Object.fromEntries(["requests", "read"].map((q) => [q, layers.reduce((a, r) => a + r.perFired[k][q] * r.firedPerToken, 0) / total]))]),
   );
   log(`${name}, all layers: ${Object.entries(overall).map(([k, x]) => `${k} ${x.requests.toFixed(2)} (${x.read.toFixed(2)}×)`).join(", ")}`);
-  return { name, model: modelPath, pack: packPath, text: textPath, tokens: tokens.length, coldFrom: Number(v["cold-from"]), layers, overall };
+  return { name, model: modelPath, pack: packPath ?? null, text: textPath, tokens: tokens.length, coldFrom: Number(v["cold-from"]), layers, overall };
 }
 
 const models = join(rootDir, "models");
@@ -147,6 +161,10 @@ out.results.push(await analyse("default", join(models, "neuronpipe-default.gguf"
 if (v.dir) {
   const d = v.dir;
   out.results.push(await analyse("7B", join(d, "llama2-7b-sparse-q4_0-seed1.gguf"), join(d, "llama2-7b-sparse-q4_0-seed1-linear.pack.gguf"), join(d, "random-tokens-llama2-seed1-16k.txt"), Number(v["tokens-7b"])));
+}
+if (v.model) {
+  if (!v.text) throw new Error("--model needs --text: the text its fired sets are collected over");
+  out.results.push(await analyse(v.name ?? v.model, resolve(v.model), undefined, resolve(v.text), Number(v.tokens)));
 }
 writeFileSync(v.out, JSON.stringify(out, null, 2));
 log(`wrote ${v.out}`);
