@@ -192,6 +192,10 @@ describe("neuronpipe CLI", () => {
     const groupsAlone = await cli("synth", "--out", join(dir, "x.gguf"), "--activation", "reglu", "--active-fraction", "0.1", "--cofire-group", "8");
     expect(groupsAlone.code).toBe(1);
     expect(groupsAlone.err).toMatch(/co-firing groups act through the low-rank gate structure: give a gate rank too/);
+    const shareAlone = await cli("synth", "--out", join(dir, "x.gguf"), "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "8", "--cofire-share", "0.5");
+    expect(shareAlone.code).toBe(2);
+    expect(shareAlone.err).toMatch(/--cofire-share shapes the groups of --cofire-group: give both/);
+    expect((await cli("synth", "--out", join(dir, "x.gguf"), "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "8", "--cofire-group", "4", "--cofire-share", "1.5")).err).toMatch(/--cofire-share must be a number from 0 to 1/);
     expect(existsSync(join(dir, "x.gguf"))).toBe(false); // nothing written
     expect((await cli("inspect", join(dir, "x.gguf"))).err).toMatch(/cannot open/);
   });

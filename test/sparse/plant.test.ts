@@ -7,8 +7,7 @@ import { loadModel } from "../../src/index.js";
 import { main } from "../../src/cli/main.js";
 import { profileActivations } from "../../src/tools/profile.js";
 import { trainPredictors } from "../../src/tools/train-predictor.js";
-import { cofireGroups, neuronFrequencies, normalQuantile } from "../../src/tools/synth/plant-sparsity.js";
-import { cofireSeed } from "../../src/tools/synth/synth.js";
+import { cofireGroups, cofireSeed, neuronFrequencies, normalQuantile } from "../../src/tools/synth/plant-sparsity.js";
 import { collectActivations } from "../../src/tools/collect-activations.js";
 import { native } from "../../src/native.js";
 

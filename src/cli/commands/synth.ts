@@ -74,6 +74,7 @@ export const synth: Command = {
     for (const k of ["gate-rank", "cofire-group", "cofire-share", "hot-neurons", "hot-share"]) {
       if (v[k] !== undefined && v["active-fraction"] === undefined) throw new UsageError(`--${k} plants sparsity: it needs --active-fraction`);
     }
+    if (v["cofire-share"] !== undefined && v["cofire-group"] === undefined) throw new UsageError("--cofire-share shapes the groups of --cofire-group: give both");
     const w = synthModel({
       shape,
       type: ((v.type as string | undefined) ?? "q4_0").toLowerCase(),
@@ -90,7 +91,7 @@ export const synth: Command = {
               hotShare: num(v["hot-share"], "hot-share", { min: 0 }) ?? 0.8,
               gateRank: num(v["gate-rank"], "gate-rank", { int: true, min: 0 }) ?? 0,
               cofireGroup: num(v["cofire-group"], "cofire-group", { int: true, min: 0 }) ?? 0,
-              cofireShare: num(v["cofire-share"], "cofire-share", { min: 0 }),
+              cofireShare: num(v["cofire-share"], "cofire-share", { min: 0, max: 1 }),
             },
     });
     const bytes = await w.write(out, { onProgress: progressBar(`writing ${out}`) });

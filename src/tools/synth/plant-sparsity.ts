@@ -63,6 +63,11 @@ export function cofireGroups(nFF: number, groupSize: number, seed: number): Int3
   return group;
 }
 
+/** The seed of layer `layer`'s co-firing groups in a model synthesised with `seed` (cofireGroups). */
+export function cofireSeed(seed: bigint | number, layer: number): number {
+  return Number((BigInt(seed) * 733n + BigInt(layer)) % 2147483647n);
+}
+
 /** Value of the constant residual channel (dimension 0) in every token embedding. */
 export const BIAS_VALUE = 4;
 

@@ -10,7 +10,7 @@ import { ACTIVATION_KEY, type FfnActivation } from "../../model/config.js";
 import { GGMLType, native } from "../../native.js";
 import { vocabFromHfTokenizerJson } from "../../tokenizer/hf-import.js";
 import type { GgufVocab } from "../../tokenizer/vocab.js";
-import { BIAS_VALUE, COFIRE_SHARE, GATE_NOISE, biasChannelWeights, cofireGroups, neuronFrequencies, type SparsityPlan } from "./plant-sparsity.js";
+import { BIAS_VALUE, COFIRE_SHARE, GATE_NOISE, biasChannelWeights, cofireGroups, cofireSeed, neuronFrequencies, type SparsityPlan } from "./plant-sparsity.js";
 
 export interface SynthShape {
   embd: number;
@@ -271,11 +271,6 @@ export function synthModel(o: SynthOptions): GGUFWriter {
   // logits std ≈ 3: enough spread that the top token is well defined, as in trained models
   if (!o.tiedOutput) mat("output.weight", nVocab, s.embd, 3 / Math.sqrt(s.embd));
   return w;
-}
-
-/** The seed of layer `layer`'s co-firing groups in a model synthesised with `seed` (cofireGroups). */
-export function cofireSeed(seed: bigint | number, layer: number): number {
-  return Number((BigInt(seed) * 733n + BigInt(layer)) % 2147483647n);
 }
 
 /** Size in bytes a synthetic model's tensors take (no metadata). */
