@@ -133,7 +133,7 @@ function randomTensor(type: number, rows: number, cols: number, std: number, see
  * uniform with std gateStd/√rank and 1, so every element keeps variance gateStd². The native
  * matmul forms the chunk's (m, embd) product; A and V are generated once per layer.
  */
-function lowRankGate(ff: number, embd: number, rank: number, gateStd: number, seed: bigint, cofire?: { group: Int32Array; share: number }): Edit {
+function lowRankGate(ff: number, embd: number, rank: number, gateStd: number, seed: bigint, cofire?: { group: Int32Array; size: number; share: number }): Edit {
   const n = native();
   let a = -1;
   let vt = -1;
@@ -146,7 +146,7 @@ function lowRankGate(ff: number, embd: number, rank: number, gateStd: number, se
       n.fillUniform(vt, 0, embd * rank, seed * 31n + 2n, Math.sqrt(3)); // Vᵀ: (embd, rank)
       if (cofire) {
         // A[i] ← √s·G[group(i)] + √(1−s)·A[i]: the same variance, correlation s within a group
-        const groups = cofire.group.reduce((x, g) => Math.max(x, g), -1) + 1;
+        const groups = Math.ceil(ff / cofire.size);
         const g = n.alloc(groups * rank * 4);
         n.fillUniform(g, 0, groups * rank, seed * 31n + 3n, half);
         const gv = n.viewF32(g, 0, groups * rank);
@@ -215,6 +215,8 @@ export function synthModel(o: SynthOptions): GGUFWriter {
   writeVocab(w, vocab);
 
   const plan = o.sparsity;
+  // co-firing groups: their size and share, once for every layer (none with groups of 0 or 1)
+  const cofire = plan && (plan.cofireGroup ?? 0) > 1 ? { size: plan.cofireGroup!, share: plan.cofireShare ?? COFIRE_SHARE } : undefined;
   if (plan) {
     if (activation === "swiglu") throw new Error("synth: planted sparsity needs a ReLU-family activation (reglu or drelu)");
     if (!(plan.activeFraction > 0 && plan.activeFraction < 0.95)) throw new Error(`synth: active fraction must be in (0, 0.95), got ${plan.activeFraction}`);
@@ -222,12 +224,11 @@ export function synthModel(o: SynthOptions): GGUFWriter {
     w.setF32("neuronpipe.synth.hot_neurons", plan.hotNeurons);
     w.setF32("neuronpipe.synth.hot_share", plan.hotShare);
     if (plan.gateRank) w.setU32("neuronpipe.synth.gate_rank", plan.gateRank);
-    if ((plan.cofireGroup ?? 0) > 1) {
+    if (cofire) {
       if (!plan.gateRank) throw new Error("synth: co-firing groups act through the low-rank gate structure: give a gate rank too");
-      const share = plan.cofireShare ?? COFIRE_SHARE;
-      if (!(share >= 0 && share <= 1)) throw new Error(`synth: co-fire share must be in [0, 1], got ${share}`);
-      w.setU32("neuronpipe.synth.cofire_group", plan.cofireGroup!);
-      w.setF32("neuronpipe.synth.cofire_share", share);
+      if (!(cofire.share >= 0 && cofire.share <= 1)) throw new Error(`synth: co-fire share must be in [0, 1], got ${cofire.share}`);
+      w.setU32("neuronpipe.synth.cofire_group", cofire.size);
+      w.setF32("neuronpipe.synth.cofire_share", cofire.share);
     }
   }
   // planted sparsity: dimension 0 of the residual is a constant bias channel (see plant-sparsity.ts)
@@ -257,9 +258,8 @@ export function synthModel(o: SynthOptions): GGUFWriter {
     const gateStd = 1 / Math.sqrt(s.embd);
     const bias = plan ? biasChannelWeights(neuronFrequencies(s.ff, plan, Number((seed * 131n + BigInt(l)) % 2147483647n)), s.embd, gateStd) : undefined;
     const rank = plan?.gateRank ?? 0;
-    const groupSize = plan?.cofireGroup ?? 0;
-    const cofire = groupSize > 1 ? { group: cofireGroups(s.ff, groupSize, cofireSeed(seed, l)), share: plan?.cofireShare ?? COFIRE_SHARE } : undefined;
-    const lowRank = rank > 0 ? lowRankGate(s.ff, s.embd, rank, gateStd, seed * 7907n + BigInt(l), cofire) : undefined;
+    const groups = cofire && { ...cofire, group: cofireGroups(s.ff, cofire.size, cofireSeed(seed, l)) };
+    const lowRank = rank > 0 ? lowRankGate(s.ff, s.embd, rank, gateStd, seed * 7907n + BigInt(l), groups) : undefined;
     mat(`${p}ffn_gate.weight`, s.ff, s.embd, gateStd, (v, r0, m, cols) => {
       lowRank?.(v, r0, m, cols);
       if (bias) setCol0((r) => bias[r]!)(v, r0, m, cols);
