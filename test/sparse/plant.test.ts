@@ -8,7 +8,7 @@ import { main } from "../../src/cli/main.js";
 import { profileActivations } from "../../src/tools/profile.js";
 import { trainPredictors } from "../../src/tools/train-predictor.js";
 import { cofireGroups, cofireSeed, neuronFrequencies, normalQuantile } from "../../src/tools/synth/plant-sparsity.js";
-import { collectActivations } from "../../src/tools/collect-activations.js";
+import { collectActivations, popcount8 } from "../../src/tools/collect-activations.js";
 import { native } from "../../src/native.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-plant-"));
@@ -116,23 +116,18 @@ it("--cofire-group plants neurons that fire on the same tokens; the same partiti
     const c = collectActivations(model, tokens, { window: 256 });
     const bits = native().viewU8(c.y[0]!, 0, tokens.length * (nFF / 8));
     // each neuron's firing as a bitset over the tokens, then the Jaccard index of pairs of neurons
-    const words = Math.ceil(tokens.length / 32);
-    const fires = new Uint32Array(nFF * words);
-    for (let t = 0; t < tokens.length; t++) for (let i = 0; i < nFF; i++) if ((bits[t * (nFF / 8) + (i >> 3)]! >> (i & 7)) & 1) fires[i * words + (t >> 5)]! |= 1 << (t & 31);
+    const bytes = Math.ceil(tokens.length / 8);
+    const fires = new Uint8Array(nFF * bytes);
+    for (let t = 0; t < tokens.length; t++) for (let i = 0; i < nFF; i++) if ((bits[t * (nFF / 8) + (i >> 3)]! >> (i & 7)) & 1) fires[i * bytes + (t >> 3)]! |= 1 << (t & 7);
     const active = c.activeMean[0]! / nFF;
     c.dispose();
     model.dispose();
-    const pop = (x: number) => {
-      x -= (x >>> 1) & 0x55555555;
-      x = (x & 0x33333333) + ((x >>> 2) & 0x33333333);
-      return (Math.imul((x + (x >>> 4)) & 0x0f0f0f0f, 0x01010101) >>> 24) & 0xff;
-    };
     const jaccard = (i: number, j: number) => {
       let both = 0;
       let either = 0;
-      for (let w = 0; w < words; w++) {
-        both += pop(fires[i * words + w]! & fires[j * words + w]!);
-        either += pop(fires[i * words + w]! | fires[j * words + w]!);
+      for (let b = 0; b < bytes; b++) {
+        both += popcount8(fires[i * bytes + b]! & fires[j * bytes + b]!);
+        either += popcount8(fires[i * bytes + b]! | fires[j * bytes + b]!);
       }
       return either ? both / either : 0;
     };
