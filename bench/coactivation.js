@@ -9,8 +9,8 @@
 //
 //   pack     the pack's own order (hot-first by profiled frequency)
 //   coact    the cold neurons re-ordered by co-activation learned on the first half of the
-//            tokens (a greedy chain: after a neuron, the unplaced one that fired with it most
-//            often, normalised by both frequencies), measured on the second half
+//            tokens (the profiler's greedy chain, src/sparse/coactivation.ts), measured on the
+//            second half
 //
 //   node bench/coactivation.js [--dir /work/models7b] [--tokens 4096] [--tokens-7b 1024]
 //                              [--model M.gguf --text T.txt [--name N]]
@@ -42,53 +42,10 @@ const { loadModel } = await dist("api/model.js");
 const { openPack } = await dist("sparse/pack/open.js");
 const { collectActivations } = await dist("tools/collect-activations.js");
 const { native } = await dist("native.js");
+// the order and the request count the profiler uses (src/sparse/coactivation.ts)
+const { coactivationChain, runRequests } = await dist("sparse/coactivation.js");
 const GAPS = [0, 1, 3];
 const log = (s) => process.stderr.write(`[coactivation] ${s}\n`);
-
-/** Requests and neurons read for sorted pack positions when a request may span `gap` unneeded neurons. */
-function requests(positions, gap) {
-  let req = 0;
-  let read = 0;
-  let start = -1;
-  let last = -Infinity;
-  for (const p of positions) {
-    if (p - last - 1 > gap) {
-      if (start >= 0) read += last - start + 1;
-      req++;
-      start = p;
-    }
-    last = p;
-  }
-  if (start >= 0) read += last - start + 1;
-  return { req, read };
-}
-
-/** The cold neurons (indices into `cold`) in a greedy co-activation chain from the fired lists of the learning tokens. */
-function coactivationChain(m, firedLists) {
-  const co = new Float32Array(m * m); // (m, m) co-firing counts
-  const freq = new Float32Array(m);
-  for (const f of firedLists) for (const a of f) {
-    freq[a]++;
-    for (const b of f) co[a * m + b]++;
-  }
-  const placed = new Uint8Array(m);
-  const chain = [];
-  let cur = 0; // the most frequent cold neuron: the pack is hot-first
-  while (chain.length < m) {
-    chain.push(cur);
-    placed[cur] = 1;
-    let best = -1;
-    let bestScore = -1;
-    for (let j = 0; j < m; j++) {
-      if (placed[j]) continue;
-      const s = co[cur * m + j] / Math.sqrt((freq[cur] + 1) * (freq[j] + 1));
-      if (s > bestScore) [best, bestScore] = [j, s];
-    }
-    if (best < 0) break;
-    cur = best;
-  }
-  return chain;
-}
 
 /** A layer's neurons hot-first by how many of the fired lists hold them (ties by index): the order a pack built from that profile has. */
 function orderByCounts(nFF, bits, rowBytes, tokens) {
@@ -117,7 +74,7 @@ async function analyse(name, modelPath, packPath, textPath, nTokens) {
       const cold = Array.from(order.slice(coldFrom)); // cold index j → neuron id
       const firedCold = (t) => cold.flatMap((id, j) => ((bits[t * rowBytes + (id >> 3)] >> (id & 7)) & 1 ? [j] : []));
       const lists = Array.from({ length: tokens.length }, (_, t) => firedCold(t));
-      const chain = coactivationChain(cold.length, lists.slice(0, half));
+      const chain = coactivationChain(cold.length, lists.slice(0, half).map((f) => Int32Array.from(f)));
       const orders = { pack: cold.map((_, j) => j), coact: new Array(cold.length) };
       chain.forEach((j, p) => (orders.coact[j] = p));
       const row = { layer: l, cold: cold.length, firedPerToken: 0 };
@@ -128,7 +85,7 @@ async function analyse(name, modelPath, packPath, textPath, nTokens) {
         for (const [o, pos] of Object.entries(orders)) {
           const ps = f.map((j) => pos[j]).sort((a, b) => a - b);
           for (const g of GAPS) {
-            const r = requests(ps, g);
+            const r = runRequests(ps, g);
             const k = `${o} gap ${g}`;
             sums[k] ??= { req: 0, read: 0 };
             sums[k].req += r.req;

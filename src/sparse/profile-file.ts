@@ -19,6 +19,17 @@ export interface LayerProfile {
   overlap: number;
   /** Fewest neurons that account for 80% of all activations (hot-set size). */
   hot80: number;
+  /**
+   * (nFF) neuron ids in the order a pack lays them out: hot-first by counts, the neurons past the
+   * hot set re-ordered by co-activation (coactivation.ts). Absent: hot-first by counts.
+   */
+  order?: Int32Array;
+  /**
+   * Read requests per fired neuron past the hot set when adjacent ones share a request, on the
+   * second half of the co-activation tokens with the order learned on the first: in hot-first
+   * order, and in the co-activation order. Present with `order`.
+   */
+  coldRequests?: { hotFirst: number; coactivation: number };
 }
 
 export interface ActivationProfile {
@@ -33,6 +44,8 @@ export interface ActivationProfile {
   modelFingerprint?: string;
   /** How soon neurons fire again (reuse.ts); absent in profiles written before it was measured. */
   reuse?: FiringReuse;
+  /** Tokens the co-activation orders were learned on (the first ones profiled); with LayerProfile.order. */
+  coactivationTokens?: number;
 }
 
 /** Smallest number of neurons whose counts sum to ≥ share of all counts. */
@@ -48,6 +61,7 @@ export function hotSetSize(counts: Uint32Array, share: number): number {
 }
 
 const KIND = "neuronpipe.activation_profile";
+const ORDER_RULE = "blk.N.ffn_order: hot-first by act_count up to hot80, then a greedy co-activation chain (neurons that fired together side by side)";
 
 export async function writeProfile(path: string, p: ActivationProfile): Promise<number> {
   const w = new GGUFWriter();
@@ -75,6 +89,13 @@ export async function writeProfile(path: string, p: ActivationProfile): Promise<
   p.layers.forEach((l, i) =>
     w.addTensor({ name: `blk.${i}.act_count`, ne: [p.nFF], type: 26 /* I32 */, data: () => new Uint8Array(Int32Array.from(l.counts).buffer) }),
   );
+  if (p.layers.every((l) => l.order && l.coldRequests)) {
+    w.setString("profile.order_rule", ORDER_RULE);
+    w.set("profile.coactivation_tokens", ValueType.UINT64, BigInt(p.coactivationTokens ?? 0));
+    arr("cold_requests_hot_first", (l) => l.coldRequests!.hotFirst);
+    arr("cold_requests", (l) => l.coldRequests!.coactivation);
+    p.layers.forEach((l, i) => w.addTensor({ name: `blk.${i}.ffn_order`, ne: [p.nFF], type: 26 /* I32 */, data: () => new Uint8Array(l.order!.buffer, l.order!.byteOffset, l.order!.byteLength) }));
+  }
   return w.write(path);
 }
 
@@ -87,12 +108,25 @@ export function readProfile(path: string): ActivationProfile {
   const nFF = num("n_ff");
   const fileBuf = readFileSync(path);
   const layers: LayerProfile[] = [];
+  const ordered = f.metadata.has("profile.order_rule");
+  if (ordered) {
+    for (const k of ["cold_requests_hot_first", "cold_requests"]) {
+      const a = arr(k);
+      if (!(a instanceof Float32Array) || a.length !== nLayer) throw new Error(`${path}: profile.${k} is not an f32 array of n_layer ${nLayer} (the file has profile.order_rule)`);
+    }
+  }
+  const i32 = (name: string): Int32Array => {
+    const t = f.tensorsByName.get(name);
+    if (!t || t.type !== 26 || t.ne[0] !== nFF || t.offset + 4 * nFF > fileBuf.length) throw new Error(`${path}: tensor ${name} missing or not I32 [${nFF}]`);
+    const a = new Int32Array(nFF);
+    for (let j = 0; j < nFF; j++) a[j] = fileBuf.readInt32LE(t.offset + 4 * j);
+    return a;
+  };
   for (let i = 0; i < nLayer; i++) {
-    const t = f.tensorsByName.get(`blk.${i}.act_count`);
-    if (!t || t.type !== 26 || t.ne[0] !== nFF) throw new Error(`${path}: tensor blk.${i}.act_count missing or not I32 [${nFF}]`);
-    const counts = new Uint32Array(nFF);
-    for (let j = 0; j < nFF; j++) counts[j] = fileBuf.readInt32LE(t.offset + 4 * j);
+    const counts = new Uint32Array(i32(`blk.${i}.act_count`));
+    const order = ordered ? checkedOrder(path, `blk.${i}.ffn_order`, i32(`blk.${i}.ffn_order`)) : undefined;
     layers.push({
+      ...(order && { order, coldRequests: { hotFirst: arr("cold_requests_hot_first")[i]!, coactivation: arr("cold_requests")[i]! } }),
       counts,
       activeMean: arr("active_mean")[i]!,
       activeP50: arr("active_p50")[i]!,
@@ -111,8 +145,20 @@ export function readProfile(path: string): ActivationProfile {
     corpus: String(f.metadata.get("profile.corpus")?.value),
     layers,
     ...(f.metadata.has("profile.reuse_spans") && { reuse: readReuse(path, (k) => f.metadata.get(`profile.${k}`)?.value, nLayer) }),
+    ...(ordered && { coactivationTokens: num("coactivation_tokens") }),
     ...(f.metadata.has("profile.model_fingerprint") ? { modelFingerprint: String(f.metadata.get("profile.model_fingerprint")!.value) } : {}),
   };
+}
+
+/** `order` if it is a permutation of 0..n-1, else an error naming the tensor and the first bad entry. */
+export function checkedOrder(path: string, name: string, order: Int32Array): Int32Array {
+  const seen = new Uint8Array(order.length);
+  for (let p = 0; p < order.length; p++) {
+    const id = order[p]!;
+    if (!(id >= 0 && id < order.length) || seen[id]) throw new Error(`${path}: ${name}[${p}] = ${id} is ${seen[id] ? "a repeated" : "not a"} neuron id of 0..${order.length - 1}; the order must be a permutation`);
+    seen[id] = 1;
+  }
+  return order;
 }
 
 /**

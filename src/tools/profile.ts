@@ -8,6 +8,13 @@ import type { Model } from "../api/model.js";
 import { native } from "../native.js";
 import { hotSetSize, type ActivationProfile } from "../sparse/profile-file.js";
 import { ReuseCounter } from "../sparse/reuse.js";
+import { coactivationOrder, coldRequestsPerFired, type FiredBits } from "../sparse/coactivation.js";
+import { hotFirstOrder } from "../sparse/pack/format.js";
+
+/** Tokens whose fired sets the co-activation order is learned from (the first ones profiled): enough for a 7B's cold neurons, bounded in time and memory. */
+export const COACTIVATION_TOKENS = 8192;
+/** Most cold neurons a layer's chain orders: its co-firing counts take 4·m² bytes (1 GiB at this m). */
+const MAX_CHAIN = 16384;
 
 /** Quantile of a histogram h[k] = number of tokens with k active neurons. */
 function histQuantile(h: Uint32Array, total: number, q: number): number {
@@ -27,7 +34,13 @@ export function profileActivations(
   model: Model,
   tokens: readonly number[],
   window: number,
-  opts: { corpus?: string; onProgress?: (done: number, total: number) => void; signal?: AbortSignal } = {},
+  opts: {
+    corpus?: string;
+    onProgress?: (done: number, total: number) => void;
+    signal?: AbortSignal;
+    /** Learn the pack order by co-activation from the first N tokens (coactivation.ts); 0: hot-first only. Default COACTIVATION_TOKENS. */
+    coactivationTokens?: number;
+  } = {},
 ): ActivationProfile {
   const { nLayer, nFF } = model.config;
   const n = native();
@@ -40,6 +53,11 @@ export function profileActivations(
   const prevCount = new Uint32Array(nLayer);
   let havePrev = false;
   const reuse = new ReuseCounter(nLayer, nFF, window);
+  // fired flags of the first tokens, per layer: (coTokens, nFF/8 rounded up) bits
+  const coTokens = Math.min(opts.coactivationTokens ?? COACTIVATION_TOKENS, tokens.length);
+  const rowBytes = (nFF + 7) >> 3;
+  const firedBits = Array.from({ length: coTokens > 1 ? nLayer : 0 }, () => new Uint8Array(coTokens * rowBytes));
+  const seen = new Uint32Array(nLayer); // tokens of each layer seen so far
   const s = model.createSession({ contextSize: window, batchSize: Math.min(window, 256) });
   try {
     for (let w0 = 0; w0 < tokens.length; w0 += window) {
@@ -68,6 +86,12 @@ export function profileActivations(
               p[i] = on;
             }
             hist[layer]![active]!++;
+            const bits = firedBits[layer];
+            if (bits && seen[layer]! < coTokens) {
+              const at = seen[layer]! * rowBytes;
+              for (let i = 0; i < nFF; i++) if (hb[row + i] !== 0) bits[at + (i >> 3)]! |= 1 << (i & 7);
+            }
+            seen[layer]!++;
             reuse.addToken(layer, (i) => hb[row + i] !== 0);
             if (hp) {
               const union = active + prevCount[layer]! - both;
@@ -102,6 +126,7 @@ export function profileActivations(
       activeMax: max,
       overlap: overlapPairs > 0 ? overlapSum[l]! / overlapPairs : 0,
       hot80: hotSetSize(c, 0.8),
+      ...(firedBits.length > 0 && orderByCoactivation(c, { bits: firedBits[l]!, rowBytes, tokens: coTokens })),
     };
   });
   return {
@@ -113,6 +138,28 @@ export function profileActivations(
     corpus: opts.corpus ?? "",
     layers,
     reuse: reuse.finish(counts, total),
+    ...(firedBits.length > 0 && { coactivationTokens: coTokens }),
+  };
+}
+
+/**
+ * A layer's pack order (hot-first, the neurons past its hot set by co-activation) learned on all
+ * the fired sets, and the requests per fired cold neuron it would take on the second half when
+ * learned on the first, against hot-first order: what the order is worth, measured on tokens it
+ * did not see.
+ */
+function orderByCoactivation(counts: Uint32Array, f: FiredBits) {
+  const hotFirst = hotFirstOrder(counts);
+  const from = hotSetSize(counts, 0.8);
+  if (counts.length - from > MAX_CHAIN) return {}; // its (m, m) co-firing counts would not fit: hot-first
+  const half = f.tokens >> 1;
+  const learned = coactivationOrder(hotFirst, from, f, 0, half);
+  return {
+    order: coactivationOrder(hotFirst, from, f),
+    coldRequests: {
+      hotFirst: coldRequestsPerFired(hotFirst, from, f, half, f.tokens),
+      coactivation: coldRequestsPerFired(learned, from, f, half, f.tokens),
+    },
   };
 }
 

@@ -1,0 +1,111 @@
+// Neurons that fire together, read together (issue 14; PowerInfer-2's neuron bundles). A layer's
+// cold neurons — pack positions past its hot set, where a token's misses come from — cost one
+// read request each when they sit apart in the pack. Ordered by co-activation instead of by
+// frequency alone, neurons that fired together on the profiled tokens sit side by side, and the
+// neuron cache (cache/neuron-cache.ts) reads a run of adjacent misses in one request.
+//
+// The order: the hot set stays hot-first by frequency (its positions are what a budget keeps
+// resident); the cold neurons follow as a greedy chain — after a neuron, the unplaced one that
+// fired with it most often, normalised by its own frequency — starting from the most frequent
+// cold neuron. Where no unplaced neuron co-fired with the last, the chain goes on with the most
+// frequent unplaced one, so without co-activation the order stays hot-first.
+
+/** Fired flags of one layer: `tokens` rows of `rowBytes` bytes, bit i of a row (LSB first) set when neuron i fired. */
+export interface FiredBits {
+  bits: Uint8Array;
+  rowBytes: number;
+  tokens: number;
+}
+
+function fired(f: FiredBits, t: number, id: number): boolean {
+  return ((f.bits[t * f.rowBytes + (id >> 3)]! >> (id & 7)) & 1) === 1;
+}
+
+/** Requests for ascending positions when one request covers a run with at most `gap` unneeded positions inside, and the positions it reads. */
+export function runRequests(positions: ArrayLike<number>, gap: number): { requests: number; read: number } {
+  let requests = 0;
+  let read = 0;
+  let start = -1;
+  let last = -Infinity;
+  for (let i = 0; i < positions.length; i++) {
+    const p = positions[i]!;
+    if (p - last - 1 > gap) {
+      if (start >= 0) read += last - start + 1;
+      requests++;
+      start = p;
+    }
+    last = p;
+  }
+  if (start >= 0) read += last - start + 1;
+  return { requests, read };
+}
+
+/** For each token of [t0, t1), the indices j of `cold` (neuron ids) that fired, ascending. */
+function firedLists(f: FiredBits, cold: Int32Array, t0: number, t1: number): Int32Array[] {
+  const out: Int32Array[] = [];
+  const buf = new Int32Array(cold.length);
+  for (let t = t0; t < t1; t++) {
+    let n = 0;
+    for (let j = 0; j < cold.length; j++) if (fired(f, t, cold[j]!)) buf[n++] = j;
+    out.push(buf.slice(0, n));
+  }
+  return out;
+}
+
+/** The m cold neurons (indices) as a greedy co-activation chain over the fired lists (see the file's comment). */
+export function coactivationChain(m: number, lists: readonly Int32Array[]): Int32Array {
+  const co = new Uint32Array(m * m); // (m, m) tokens on which both fired
+  const freq = new Uint32Array(m);
+  for (const f of lists) {
+    for (let x = 0; x < f.length; x++) {
+      const a = f[x]!;
+      freq[a]!++;
+      const row = a * m;
+      for (let y = 0; y < f.length; y++) if (y !== x) co[row + f[y]!]!++;
+    }
+  }
+  // score(j | cur) = co[cur, j] / sqrt((freq[cur]+1)(freq[j]+1)); the cur factor does not change the argmax
+  const inv = Float64Array.from(freq, (c) => 1 / Math.sqrt(c + 1));
+  const placed = new Uint8Array(m);
+  const chain = new Int32Array(m);
+  let cur = 0; // the most frequent cold neuron
+  for (let k = 0; k < m; k++) {
+    chain[k] = cur;
+    placed[cur] = 1;
+    let best = -1;
+    let bestScore = -1;
+    const row = cur * m;
+    for (let j = 0; j < m; j++) {
+      if (placed[j]) continue;
+      const s = co[row + j]! * inv[j]!;
+      if (s > bestScore) [best, bestScore] = [j, s]; // ties: the lowest index, the most frequent
+    }
+    if (best < 0) break;
+    cur = best;
+  }
+  return chain;
+}
+
+/** A layer's pack order: `hotFirst` (neuron ids by frequency) with positions [from, n) re-ordered by co-activation learned on tokens [t0, t1). */
+export function coactivationOrder(hotFirst: Int32Array, from: number, f: FiredBits, t0 = 0, t1 = f.tokens): Int32Array {
+  const cold = hotFirst.subarray(from);
+  const chain = coactivationChain(cold.length, firedLists(f, cold, t0, t1));
+  const order = Int32Array.from(hotFirst);
+  for (let k = 0; k < chain.length; k++) order[from + k] = cold[chain[k]!]!;
+  return order;
+}
+
+/**
+ * Read requests per fired neuron at positions [from, n) of `order` over tokens [t0, t1), when one
+ * request covers a run of adjacent fired positions (gap 0): 1 when no two ever sit side by side.
+ */
+export function coldRequestsPerFired(order: Int32Array, from: number, f: FiredBits, t0: number, t1: number): number {
+  const cold = order.subarray(from);
+  let requests = 0;
+  let firedCount = 0;
+  for (const l of firedLists(f, cold, t0, t1)) {
+    requests += runRequests(l, 0).requests;
+    firedCount += l.length;
+  }
+  return firedCount > 0 ? requests / firedCount : 1;
+}
