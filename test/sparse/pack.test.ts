@@ -135,7 +135,8 @@ beforeAll(async () => {
     });
     await w.write(model);
     const m = await loadModel(model);
-    const p = profileActivations(m, m.tokenizer.encode(text).slice(0, 384), 128, { corpus: "heldout.txt[0:384 tokens]" });
+    // Q8_0 profiled hot-first only; Q4_0 with its cold neurons ordered by co-activation
+    const p = profileActivations(m, m.tokenizer.encode(text).slice(0, 384), 128, { corpus: "heldout.txt[0:384 tokens]", ...(type === "q8_0" && { coactivationTokens: 0 }) });
     p.modelFingerprint = modelFingerprint(model, m.file);
     m.dispose();
     const profile = `${model}.profile.gguf`;
@@ -241,8 +242,10 @@ describe.each([0, 1, 2])("pack case %i", (ci) => {
     }
   });
 
-  it("order is hot-first by the profile's counts (ties by id); act_count and hot_count follow", () => {
+  it("order is hot-first by the profile's counts (ties by id), or the profile's order past the hot set; act_count and hot_count follow", () => {
     const prof = readProfile(c.profile);
+    // the shipped profile and Q4_0's order by co-activation, Q8_0's hot-first only
+    expect(prof.layers.every((L) => L.order)).toBe(c.label !== "Q8_0");
     expect(pack.profileTokens).toBe(prof.tokens);
     // the profile's overlap of consecutive active sets, per layer (the planner's persistence)
     expect(pack.profileOverlap).toEqual(prof.layers.map((L) => Math.fround(L.overlap)));
@@ -257,7 +260,8 @@ describe.each([0, 1, 2])("pack case %i", (ci) => {
       for (let p = 0; p < L.order.length; p++) {
         expect(L.counts[p]).toBe(counts[L.order[p]!]);
         total += L.counts[p]!;
-        if (p > 0) {
+        if (prof.layers[l]!.order) expect(L.order[p]).toBe(prof.layers[l]!.order![p]);
+        if (p > 0 && (!prof.layers[l]!.order || p < L.hotCount)) {
           expect(L.counts[p]!).toBeLessThanOrEqual(L.counts[p - 1]!);
           if (L.counts[p] === L.counts[p - 1]) expect(L.order[p]!).toBeGreaterThan(L.order[p - 1]!);
         }
@@ -267,6 +271,11 @@ describe.each([0, 1, 2])("pack case %i", (ci) => {
       expect(lead).toBeGreaterThanOrEqual(0.8 * total);
       expect(lead - L.counts[L.hotCount - 1]!).toBeLessThan(0.8 * total);
       expect(L.hotCount).toBe(prof.layers[l]!.hot80); // the profile's own hot80
+      // past the hot set, the same neurons as hot-first puts there (in another order when by co-activation)
+      const hotFirst = Array.from(counts.keys()).sort((a, b) => counts[b]! - counts[a]! || a - b);
+      expect(Array.from(L.order.subarray(L.hotCount)).sort((a, b) => a - b)).toEqual(hotFirst.slice(L.hotCount).sort((a, b) => a - b));
+      if (prof.layers[l]!.order) expect(pack.layers[l]!.coldRequests).toBe(Math.fround(prof.layers[l]!.coldRequests!.coactivation));
+      else expect(pack.layers[l]!.coldRequests).toBeUndefined();
     });
   });
 

@@ -22,6 +22,8 @@ export interface PackLayer {
   order: Int32Array; // order[p] = original neuron id at pack position p
   counts: Uint32Array; // profiled firing count per pack position
   hotCount: number; // leading pack positions holding 80% of firings
+  /** Read requests per fired neuron past hotCount when adjacent ones share a request, measured by the profiler in this order (coactivation.ts); absent in packs without it. */
+  coldRequests?: number;
 }
 export interface PackPredictorLayer {
   /** mlp: fc2·relu(fc1·x) > threshold (x before ffn_norm); linear: fc2·fc1·x̂ > thresholds[p] (x̂ the ffn_norm output) */

@@ -75,6 +75,9 @@ export function openPack(path: string): Pack {
   // optional (packs written before it have none): checked as the other per-layer arrays
   const overlap = file.metadata.has(`${P}profile_overlap`) ? Array.from(arr("profile_overlap"), Number) : undefined;
   if (overlap?.some((x) => !(x >= 0 && x <= 1))) fail(`${P}profile_overlap holds a value outside [0, 1]`);
+  const coldRequests = file.metadata.has(`${P}cold_requests`) ? Array.from(arr("cold_requests"), Number) : undefined;
+  const badCold = coldRequests?.findIndex((x) => !(x > 0 && x <= 1)) ?? -1;
+  if (badCold >= 0) fail(`${P}cold_requests[${badCold}] = ${coldRequests![badCold]} is not a share of requests per fired neuron in (0, 1]`);
   let reuse: FiringReuse | undefined;
   if (file.metadata.has(`${P}reuse_spans`)) {
     try {
@@ -122,7 +125,7 @@ export function openPack(path: string): Pack {
       const counts = new Uint32Array(c.buffer, c.byteOffset, nFF);
       const hotCount = Number(hot[l]);
       if (!(Number.isInteger(hotCount) && hotCount >= 0 && hotCount <= nFF)) fail(`${P}hot_count[${l}] = ${hotCount} is outside 0..${nFF}`);
-      layers.push({ bundlesOffset: bt.offset, order, counts, hotCount });
+      layers.push({ bundlesOffset: bt.offset, order, counts, hotCount, ...(coldRequests && { coldRequests: coldRequests[l]! }) });
     }
     const has = Array.from({ length: nLayer }, (_, l) => [file.tensorsByName.has(`blk.${l}.fc1.weight`), file.tensorsByName.has(`blk.${l}.fc2.weight`)] as const);
     if (has.some(([a, b]) => a || b)) {

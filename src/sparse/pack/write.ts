@@ -122,7 +122,8 @@ export async function writePack(modelPath: string, outPath: string, opts: PackOp
   const upDownBlock = roundUp(upBytes + downBytes, PACK_ALIGNMENT);
   const bundleBytes = gateBlock + upDownBlock;
 
-  const orders = profile.layers.map((l) => hotFirstOrder(l.counts));
+  // the profile's order (cold neurons by co-activation) when it has one, else hot-first by counts
+  const orders = profile.layers.map((l) => l.order ?? hotFirstOrder(l.counts));
   const packCounts = profile.layers.map((l, i) => Int32Array.from(orders[i]!, (j) => l.counts[j]!));
   const hotCounts = profile.layers.map((l) => hotSetSize(l.counts, 0.8));
 
@@ -145,6 +146,7 @@ export async function writePack(modelPath: string, outPath: string, opts: PackOp
   w.setU32(`${P}bundle_bytes`, bundleBytes);
   w.setArray(`${P}hot_count`, ValueType.UINT32, Uint32Array.from(hotCounts));
   w.set(`${P}profile_tokens`, ValueType.UINT64, BigInt(profile.tokens));
+  if (profile.layers.every((l) => l.coldRequests)) w.setArray(`${P}cold_requests`, ValueType.FLOAT32, Float32Array.from(profile.layers, (l) => l.coldRequests!.coactivation));
   w.setArray(`${P}profile_overlap`, ValueType.FLOAT32, Float32Array.from(profile.layers, (l) => l.overlap));
   if (profile.reuse) {
     w.setArray(`${P}reuse_spans`, ValueType.UINT32, Uint32Array.from(profile.reuse.spans));
