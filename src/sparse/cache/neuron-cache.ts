@@ -111,12 +111,14 @@ export class NeuronCache {
   // a lease is the set of loads whose slots must stay put until their compute is done: one
   // loadGates call in synchronous mode, a layer's clusters in flight in deferred mode
   private leaseTick = 0;
+  /** The run of bundles the last queued read covers (queueBundleRead), while it may still grow. */
+  private run?: { layer: number; within: number; len: number; p0: number; p: number };
   private framesUsed = 0;
   private coldUsed = 0;
   private hotOrder?: Int32Array[]; // per layer: hot clusters by profiled firings, most first
   // batches of reads ahead in flight, oldest first; the cold slots they hold; the neurons of the
   // last batch that arrived per layer (aheadUsed counts those that fire)
-  private ahead: { ticket: number; layer: number; neurons: Set<number> }[] = [];
+  private ahead: { ticket: number; layer: number; neurons: Set<number>; reads: number }[] = [];
   private aheadPending = 0;
   private aheadSeq = 0;
   private readonly aheadArrived = new Map<number, Set<number>>();
@@ -347,7 +349,7 @@ export class NeuronCache {
         if (s < 0) {
           s = this.takeColdSlot(g);
           this.state[g] = GATE;
-          this.queueRead(layer, this.bundleOffset(layer, p), this.pack.gateBlock, [[s * this.slotBytes, 0, this.pack.gateBytes]]);
+          this.queueBundleRead(layer, p, 0, this.pack.gateBlock, [s * this.slotBytes, 0, this.pack.gateBytes]);
         } else this.lru.touch(s);
       }
       st.gateAccesses++;
@@ -390,7 +392,7 @@ export class NeuronCache {
         s = this.takeColdSlot(g);
       }
       this.state[g] = FULL;
-      this.queueRead(layer, this.bundleOffset(layer, p) + this.pack.gateBlock, this.pack.upDownBlock, [[s * this.slotBytes + this.upOffset, 0, ud]]);
+      this.queueBundleRead(layer, p, this.pack.gateBlock, this.pack.upDownBlock, [s * this.slotBytes + this.upOffset, 0, ud]);
       slotsOut[k] = s;
     }
     this.flush();
@@ -539,7 +541,8 @@ export class NeuronCache {
    * otherwise (cluster loads, preload, the pipeline's modes) settles every batch first. At most
    * `batches` batches in flight, each at most readAheadNeurons / batches neurons and its own share
    * of the staging. Call between leases (after the computation of what the last loads brought):
-   * it starts a new one. Returns the reads issued.
+   * it starts a new one. A run of adjacent positions is one request. Returns the neurons it
+   * started reading.
    */
   readAhead(layer: number, positions: Int32Array, count: number, batches = 1): number {
     if (!this.pinned || this.aheadStaging < 0 || this.loader.aheadId < 0 || this.reads.isDeferred) return 0;
@@ -556,27 +559,45 @@ export class NeuronCache {
     const reqs = new Float64Array(4 * m);
     const copies = new Float64Array(3 * m);
     const neurons = new Set<number>();
-    let n = 0;
-    for (let k = 0; k < count && n < cap && n < limit; k++) {
-      const g = base + positions[k]!;
+    const share = cap * B; // staging bytes of this batch
+    const bundle = this.pack.bundleBytes;
+    let n = 0; // neurons
+    let r = 0; // requests: a run of adjacent positions is one (its gate blocks come along unused)
+    let used = 0; // staging bytes the closed requests and the open one take
+    let p0 = -2; // first and last position of the open request
+    let pLast = -2;
+    for (let k = 0; k < count && n < limit; k++) {
+      const p = positions[k]!;
+      const g = base + p;
       if (this.state[g] === FULL) continue;
+      const grows = r > 0 && p === pLast + 1 && used + bundle <= share;
+      if (!grows && used + B > share) break;
       const s = this.takeColdSlot(g);
       this.state[g] = FULL;
-      reqs.set([this.bundleOffset(layer, positions[k]!) + this.pack.gateBlock, B, this.aheadStaging, at + n * B], 4 * n);
-      copies.set([s * this.slotBytes + this.upOffset, at + n * B, ud], 3 * n);
+      if (grows) {
+        reqs[4 * (r - 1) + 1]! += bundle;
+        used += bundle;
+        pLast = p;
+      } else {
+        reqs.set([this.bundleOffset(layer, p) + this.pack.gateBlock, B, this.aheadStaging, at + used], 4 * r);
+        r++;
+        used += B;
+        p0 = pLast = p;
+      }
+      copies.set([s * this.slotBytes + this.upOffset, reqs[4 * (r - 1) + 3]! + (p - p0) * bundle, ud], 3 * n);
       neurons.add(g);
       n++;
     }
     if (n === 0) return 0;
-    const ticket = this.n.readBatchStart(this.loader.aheadId, reqs.subarray(0, 4 * n), this.arena, this.aheadStaging, copies.subarray(0, 3 * n));
+    const ticket = this.n.readBatchStart(this.loader.aheadId, reqs.subarray(0, 4 * r), this.arena, this.aheadStaging, copies.subarray(0, 3 * n));
     this.aheadSeq++;
-    this.ahead.push({ ticket, layer, neurons });
+    this.ahead.push({ ticket, layer, neurons, reads: r });
     this.aheadPending += n;
     const st = this.stats[layer]!;
-    st.bytesRead += n * B;
-    st.reads += n;
-    st.aheadBytes += n * B;
-    st.aheadReads += n;
+    st.bytesRead += used;
+    st.reads += r;
+    st.aheadBytes += used;
+    st.aheadReads += r;
     return n;
   }
 
@@ -626,7 +647,7 @@ export class NeuronCache {
       throw e;
     }
     this.aheadArrived.set(b.layer, b.neurons);
-    return { layer: b.layer, bytes: r.bytes, reads: b.neurons.size, t0: r.t0, t1: r.t1 };
+    return { layer: b.layer, bytes: r.bytes, reads: b.reads, t0: r.t0, t1: r.t1 };
   }
 
   // ---- internals ----------------------------------------------------------------------
@@ -736,13 +757,33 @@ export class NeuronCache {
 
   /** Queue one read of `len` bytes at fileOff, then copies [arenaOff, offsetInRead, len]; counted in the layer's stats. */
   private queueRead(layer: number, fileOff: number, len: number, copies: [number, number, number][]) {
+    this.run = undefined;
     this.reads.queue(fileOff, len, copies);
     const st = this.stats[layer]!;
     st.bytesRead += len;
     st.reads++;
   }
 
+  /**
+   * Queue the `len` bytes at offset `within` of bundle p (a gate block, or an up+down block) with
+   * one copy [arenaOff, offsetInBlock, n]. When the last read queued is the same block of bundle
+   * p−1, that read grows by one bundle instead (the blocks in between come along unused): a run
+   * of adjacent misses is one request, and a pack ordered by co-activation makes runs.
+   */
+  private queueBundleRead(layer: number, p: number, within: number, len: number, copy: [number, number, number]) {
+    const r = this.run;
+    const B = this.pack.bundleBytes;
+    if (r && r.layer === layer && r.within === within && r.len === len && r.p === p - 1 && this.reads.extendLast(B, [[copy[0], (p - r.p0) * B + copy[1], copy[2]]])) {
+      r.p = p;
+      this.stats[layer]!.bytesRead += B;
+      return;
+    }
+    this.queueRead(layer, this.bundleOffset(layer, p) + within, len, [copy]);
+    this.run = { layer, within, len, p0: p, p };
+  }
+
   private flush() {
+    this.run = undefined;
     this.reads.flush();
   }
 }

@@ -98,15 +98,34 @@ export class ReadBatcher {
     r[this.nReqs++] = len;
     r[this.nReqs++] = this.o.staging;
     r[this.nReqs++] = this.used;
+    this.addCopies(this.used, copies);
+    this.used += len;
+  }
+
+  /**
+   * Grow the last queued read by the `len` file bytes right after it, with copies
+   * [arenaOffset, offsetInRead, length] counted from the read's start: adjacent misses in one
+   * request. False, and nothing queued, when the batch being filled has no read or no room.
+   */
+  extendLast(len: number, copies: readonly (readonly [number, number, number])[]): boolean {
+    if (this.nReqs === 0 || this.used + len > this.limit) return false;
+    const r = this.reqs;
+    if (r[this.nReqs - 3]! + len > this.o.stagingBytes) return false;
+    r[this.nReqs - 3]! += len;
+    this.addCopies(r[this.nReqs - 1]!, copies);
+    this.used += len;
+    return true;
+  }
+
+  private addCopies(readAt: number, copies: readonly (readonly [number, number, number])[]): void {
     for (const [dst, src, n] of copies) {
       if (this.nCopies + 3 > this.copies.length) this.copies = grow(this.copies);
       const c = this.copies;
       c[this.nCopies++] = dst;
-      c[this.nCopies++] = this.used + src;
+      c[this.nCopies++] = readAt + src;
       c[this.nCopies++] = n;
       if (this.deferred) Atomics.store(this.slotBatch, Math.floor(dst / this.o.slotBytes), this.seq + 1); // the batch being filled
     }
-    this.used += len;
   }
 
   /** Bytes queued in the batch being filled. */

@@ -1,0 +1,70 @@
+// A run of adjacent cold misses is one read request (neuron-cache.ts queueBundleRead): the
+// requests and bytes a load issues, counted by hand from the pack's layout, and the bytes that
+// land in each slot against the pack file read with node:fs — with gate rows pinned (up+down
+// blocks, the gate blocks between them read along unused) and without (gate blocks).
+import { closeSync, openSync, readSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import { loadSparseModel } from "../../src/api/model.js";
+import { native } from "../../src/native.js";
+import { budgetForFfnFraction, planOptions } from "../../src/sparse/memory-plan.js";
+import { openPack } from "../../src/sparse/pack/open.js";
+import { scratchDefaultPack } from "../helpers/default-pack.js";
+
+const { packPath } = scratchDefaultPack("np-merged-reads-");
+const ctx = 64;
+
+function fileBytes(path: string, off: number, len: number): Uint8Array {
+  const fd = openSync(path, "r");
+  try {
+    const b = new Uint8Array(len);
+    readSync(fd, b, 0, len, off);
+    return b;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+describe.each([true, false])("gate rows pinned: %s", (pinGates) => {
+  it("adjacent misses share a request; every slot holds its neuron's bytes from the file", async () => {
+    const pack = openPack(packPath);
+    const memory = budgetForFfnFraction(pack, 0.45, planOptions(pack.config, { contextSize: ctx, predictor: true }));
+    const m = await loadSparseModel(packPath, { memory, predictor: "oracle", decoder: "inline", contextSize: ctx, pinGates, readAhead: 0 });
+    try {
+      const cache = m.sparse!.cache;
+      expect(cache.pinned).toBe(pinGates);
+      const layer = 1;
+      const base = layer * pack.config.nFF;
+      const cold = (p: number) => p >= cache.hotLimit[layer]! && p < pack.config.nFF && cache.slotOfNeuron(base + p) < 0;
+      // three adjacent missing positions, and one more apart
+      let p = cache.hotLimit[layer]!;
+      while (!(cold(p) && cold(p + 1) && cold(p + 2) && cold(p + 10))) p++;
+      const positions = Int32Array.from([p, p + 1, p + 2, p + 10]);
+      const slots = new Int32Array(4);
+      const { bundleBytes: B, gateBlock, upDownBlock, gateBytes, upBytes, downBytes } = pack;
+      cache.resetStats();
+      cache.beginLease();
+      let within: number;
+      let len: number;
+      if (pinGates) {
+        cache.loadUpDown(layer, positions, 4, slots);
+        [within, len] = [gateBlock, upBytes + downBytes];
+        // p..p+2: one request from p's up+down block to p+2's (two bundles and a block); p+10: its block
+        expect(cache.stats[layer]!.bytesRead).toBe(2 * B + upDownBlock + upDownBlock);
+      } else {
+        expect(cache.loadGates(layer, positions, 0, 4, slots)).toBe(4);
+        [within, len] = [0, gateBytes];
+        expect(cache.stats[layer]!.bytesRead).toBe(2 * B + gateBlock + gateBlock);
+      }
+      expect(cache.stats[layer]!.reads).toBe(2);
+      const n = native();
+      positions.forEach((q, k) => {
+        const s = pinGates ? slots[k]! : cache.slotOfNeuron(base + q);
+        const at = s * cache.slotBytes + (pinGates ? cache.upOffset : 0);
+        const want = fileBytes(packPath, pack.layers[layer]!.bundlesOffset + q * B + within, len);
+        expect(Buffer.from(n.viewU8(cache.arena, at, len)).equals(want), `position ${q}`).toBe(true);
+      });
+    } finally {
+      await m[Symbol.asyncDispose]();
+    }
+  });
+});
