@@ -12,6 +12,12 @@
 // requantises the pack's down columns to int8; it still equals dense for the first 18 tokens,
 // then a near-tie goes the other way — the recording's mmap equalled dense for 26). Every other
 // recorded id is unchanged.
+// Both packs' data changed again on purpose with the co-activation order (issue 14, 2026-11-28):
+// the profiles now order each layer's cold neurons by co-activation, and the shipped profile was
+// regenerated on this machine (294 of 39M firings differ, near-zero gates). The same code with
+// hot-first profiles (the old shipped profile; `profile --coactivation-tokens 0`) writes packs
+// with the recorded hashes 144dd663… and 8710347c…; every recorded id is unchanged on the new packs,
+// whose cold misses the cache now reads in runs.
 import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
