@@ -56,6 +56,8 @@ const NONE_DONE: readonly AheadDone[] = Object.freeze([]) as readonly AheadDone[
 const NONE = 0;
 const GATE = 1;
 const FULL = 2;
+/** Unchosen bundles a run of the cold region's preload reads through rather than start another request (load time only). */
+const PRELOAD_GAP = 8;
 /** A neuron's state when its slot holds its whole bundle (state table, see stateTable). */
 export const NEURON_FULL = FULL;
 
@@ -250,8 +252,9 @@ export class NeuronCache {
 
   /**
    * Fill the cold region with the next most-fired neurons (whole bundles), so that a large
-   * budget starts warm instead of paying a first read for every neuron. Per layer these are a
-   * prefix of the cold pack positions (hot-first order), so each layer is one sequential range.
+   * budget starts warm instead of paying a first read for every neuron. Past the hot set a pack
+   * may order neurons by co-activation rather than frequency, so the chosen ones are read in runs
+   * of file order: a run goes on over at most PRELOAD_GAP unchosen bundles (read, not kept).
    */
   private preloadCold(): void {
     const { nLayer } = this.pack.config;
@@ -261,24 +264,25 @@ export class NeuronCache {
       for (let p = this.hotLimit[l]!; p < this.nFF; p++) if (counts[p]! > 0) cand.push({ l, p, c: counts[p]! });
     }
     cand.sort((a, b) => b.c - a.c || a.l - b.l || a.p - b.p);
-    const prefix = new Int32Array(nLayer);
-    for (const { l } of cand.slice(0, this.plan.coldSlots)) prefix[l]!++;
+    const chosen = cand.slice(0, this.plan.coldSlots).sort((a, b) => a.l - b.l || a.p - b.p); // file order
     const B = this.pack.bundleBytes;
     const per = Math.max(1, Math.floor(this.stagingBytes / B));
-    for (let l = 0; l < nLayer; l++) {
-      const p0 = this.hotLimit[l]!;
-      for (let a = p0; a < p0 + prefix[l]!; a += per) {
-        const m = Math.min(per, p0 + prefix[l]! - a);
-        const copies: [number, number, number][] = [];
-        for (let i = 0; i < m; i++) {
-          const g = l * this.nFF + a + i;
-          const slot = this.takeColdSlot(g);
-          this.state[g] = FULL;
-          copies.push(...this.bundleCopies(slot, i * B));
-        }
-        this.queueRead(l, this.bundleOffset(l, a), m * B, copies);
-      }
+    let run: { l: number; p0: number; copies: [number, number, number][] } | undefined;
+    let last = -1;
+    const end = () => {
+      if (run) this.queueRead(run.l, this.bundleOffset(run.l, run.p0), (last - run.p0 + 1) * B, run.copies);
+      run = undefined;
+    };
+    for (const { l, p } of chosen) {
+      if (run && (run.l !== l || p - last - 1 > PRELOAD_GAP || p - run.p0 + 1 > per)) end();
+      run ??= { l, p0: p, copies: [] };
+      const g = l * this.nFF + p;
+      const slot = this.takeColdSlot(g);
+      this.state[g] = FULL;
+      run.copies.push(...this.bundleCopies(slot, (p - run.p0) * B));
+      last = p;
     }
+    end();
     this.flush();
   }
 
