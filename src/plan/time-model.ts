@@ -221,9 +221,15 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     batches += Math.min(1, k);
     readBytes += k * block;
   };
+  // a run of adjacent misses is one request reaching from the first block to the last, the other
+  // blocks of the bundles between read along: `requests` requests for `misses` blocks
+  const merged = (misses: number, requests: number, block: number, between: number) => {
+    if (requests > 0) batch(requests, (misses * block + (misses - requests) * between) / requests);
+  };
+  const aheadFactor = ahead ? 1 + AHEAD_EXTRA_READS : 1;
   for (let l = 0; l < nLayer; l++) {
-    batch(fc.gateMisses[l]!, pack.gateBlock);
-    batch(fc.upDownMisses[l]! * (ahead ? 1 + AHEAD_EXTRA_READS : 1), pack.upDownBlock);
+    merged(fc.gateMisses[l]!, fc.gateRequests[l]!, pack.gateBlock, pack.upDownBlock);
+    merged(fc.upDownMisses[l]! * aheadFactor, fc.upDownRequests[l]! * aheadFactor, pack.upDownBlock, pack.gateBlock);
     // the window cache's runs of bundles: fewer, longer requests
     const runs = fc.bundleRequests[l]!;
     if (runs > 0) batch(runs, (fc.bundleMisses[l]! / runs) * pack.bundleBytes);
@@ -261,7 +267,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     total,
     tokPerSec: 1e6 / total,
     bottleneck,
-    readsPerToken: scale * (fc.requestsPerToken + (ahead ? AHEAD_EXTRA_READS * upDownMisses : 0)),
+    readsPerToken: scale * (fc.requestsPerToken + (ahead ? AHEAD_EXTRA_READS * fc.upDownRequests.reduce((a, b) => a + b, 0) : 0)),
     readBytesPerToken: readBytes,
     flagged,
     fired,

@@ -53,9 +53,13 @@ beforeAll(async () => {
  * OpenBLAS, which picks its sgemm kernel by CPU, so the profile's and the predictor's last bits
  * move. On a Zen 4 VM every point came within 10%; on a Zen 5 pinned gate rows at 75% read 21.9
  * a token where 25.6 were forecast (+17%; 24.3 with NEURONPIPE_NO_BLAS=1), every other point
- * within 10%.
+ * within 10%. Since the profile orders cold neurons by co-activation and the cache reads runs of
+ * adjacent misses as one request (2026-11-28, the same Zen 5), the unpinned cache at 75% counts
+ * 28.1 requests where 32.8 are forecast (+17%, 4.7 reads; the same model packed hot-first: 29.6
+ * against 33.1, +12%): the forecast's misses there are ~13% high either way, and the runs add a
+ * few points; so 5 reads.
  */
-const SMALL_COUNT_SLACK = 4;
+const SMALL_COUNT_SLACK = 5;
 
 describe("cache model on a synthetic shape of another size", () => {
   // measured on the seed-3 model: every point within 10% (blocking at 25% −9/−10%) but, on a Zen 5, the one above
