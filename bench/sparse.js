@@ -35,6 +35,8 @@
 //            --lock FILE (hold an flock on FILE during each child and its eviction, so other
 //            heavy jobs that take the same lock never overlap a measurement; $NEURONPIPE_CPU_LOCK)
 //            --prepare (build the model, profile, predictors and pack, then stop)
+//            --cofire-group N (the model with co-firing groups of N planted, `synth --cofire-group`;
+//            its files are named …-cofireN…, so one DIR holds both)
 //
 // Building the model once: synth (~2 min), profile 1024 tokens (dense, ~2 min), fit the linear
 // predictors on 7,000 tokens (~15 min), pack (~3 min). Progress goes to stderr.
@@ -94,6 +96,7 @@ const { values: v } = parseArgs({
     "read-ahead": { type: "string" },
     svg: { type: "string" },
     prepare: { type: "boolean", default: false },
+    "cofire-group": { type: "string", default: "0" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
@@ -116,12 +119,16 @@ function run(args, what) {
 /** Build (or reuse) the model, its profile, predictors and pack. */
 async function prepare(dir) {
   mkdirSync(dir, { recursive: true });
-  const model = join(dir, "llama2-7b-sparse-q4_0-seed1.gguf");
+  const group = Number(v["cofire-group"]);
+  const name = `llama2-7b-sparse-q4_0-seed1${group > 0 ? `-cofire${group}` : ""}`;
+  const model = join(dir, `${name}.gguf`);
   const profile = `${model}.profile.gguf`;
   const predictor = `${model}.predictor-linear.gguf`;
-  const pack = join(dir, "llama2-7b-sparse-q4_0-seed1-linear.pack.gguf");
-  if (!existsSync(model))
-    run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", "--seed", "1", "--out", model], "synth");
+  const pack = join(dir, `${name}-linear.pack.gguf`);
+  if (!existsSync(model)) {
+    const cofire = group > 0 ? ["--cofire-group", String(group)] : [];
+    run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", ...cofire, "--seed", "1", "--out", model], "synth");
+  }
   // A random-weight model writes random tokens, so its activations are profiled and its
   // predictors trained on text of uniformly random tokens (seeded) — the distribution it decodes.
   const corpus = join(dir, "random-tokens-llama2-seed1-16k.txt");
@@ -652,7 +659,7 @@ results.sort((a, b) => plan.findIndex((p) => p[0] === a.id) - plan.findIndex((p)
 const record = {
   date: new Date().toISOString(),
   machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory: os.totalmem(), node: process.version, bounds: machineBounds },
-  model: { file: model, pack, shape: "llama2-7b", type: "Q4_0", planted: "active 10%, hot 20% → 80%, gate rank 64" },
+  model: { file: model, pack, shape: "llama2-7b", type: "Q4_0", planted: `active 10%, hot 20% → 80%, gate rank 64${Number(v["cofire-group"]) > 0 ? `, co-firing groups of ${v["cofire-group"]}` : ""}` },
   threads,
   decodeTokens: decode,
   repeat: reps,
