@@ -359,7 +359,7 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
         // a firing misses after its neighbour's more often than independently: the neighbour
         // fires along with it (the excess κ) and then misses as its firings do (u/p). Gate
         // blocks stay independent: charging their firing share the same excess predicted the
-        // default model at 30% of the FFN 11% under its counted requests, independent 2% over
+        // default model at 30% of the FFN 11% under its counted requests, independent 4% under
         gateRuns += g * (1 - gateBefore);
         upDownRuns += u * (1 - Math.min(1, upDownBefore + lift * upDownMissShare));
         gateBefore = g;
