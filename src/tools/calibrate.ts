@@ -12,7 +12,8 @@
 // cost per head and position beyond its KV bytes, from the two halves of long resident
 // generations. Every run generates what `generate` does by default (128 tokens). Other models
 // and budgets are predicted from these; bench/planner.js measures how well.
-import { existsSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { loadModel } from "../api/model.js";
 import { DEFAULT_MAX_TOKENS } from "../api/session.js";
@@ -35,13 +36,24 @@ const PROMPT = "The whale";
 /** Tokens per generation: as many as `generate` makes by default (at 64 the timed tokens sat at positions a third as far on, and decoded ~10% faster). */
 const TOKENS = DEFAULT_MAX_TOKENS;
 
-/** The shipped model's pack: models/neuronpipe-default.pack.gguf when built, else one written once into `cacheDir`. */
+/**
+ * The shipped model's pack: models/neuronpipe-default.pack.gguf when built after its profile and
+ * predictor, else one written once into `cacheDir`, named by those two files' contents (a cached
+ * pack of an older shipped profile, in another order, is not calibrated on; it is removed).
+ */
 export async function calibrationPack(cacheDir: string): Promise<string> {
   const model = shippedFile("neuronpipe-default.gguf");
+  const [profile, predictor] = [`${model}.profile.gguf`, `${model}.predictor.gguf`];
   const built = model.replace(/\.gguf$/, ".pack.gguf");
-  if (existsSync(built)) return built;
-  const out = join(cacheDir, "calibration.pack.gguf");
-  if (!existsSync(out)) await writePack(model, out, { profile: `${model}.profile.gguf`, predictor: `${model}.predictor.gguf` });
+  if (existsSync(built) && [profile, predictor].every((f) => statSync(f).mtimeMs <= statSync(built).mtimeMs)) return built;
+  const key = createHash("sha256").update(readFileSync(profile)).update(readFileSync(predictor)).digest("hex").slice(0, 16);
+  const name = `calibration-${key}.pack.gguf`;
+  const out = join(cacheDir, name);
+  if (!existsSync(out)) {
+    mkdirSync(cacheDir, { recursive: true });
+    for (const f of readdirSync(cacheDir)) if (/^calibration(-[0-9a-f]+)?\.pack\.gguf$/.test(f) && f !== name) rmSync(join(cacheDir, f), { force: true });
+    await writePack(model, out, { profile, predictor });
+  }
   return out;
 }
 
