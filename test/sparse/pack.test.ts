@@ -540,6 +540,10 @@ it("CLI: `neuronpipe pack` writes a pack, refuses to overwrite the model, and as
   const pk = openPack(out);
   expect(Array.from(pk.layers[0]!.order)).toEqual(Array.from(openPack(c.pack).layers[0]!.order));
   expect(stdout).toContain(pk.downRelayoutError[0]!.toExponential(3));
+  // Q4_0's profile orders cold neurons by co-activation: the table gives what the profile measured for it
+  const cold = readProfile(c.profile).layers.map((L) => L.coldRequests!.coactivation.toFixed(2));
+  expect(stdout).toContain("cold reads per fired neuron (co-activation order)");
+  expect(stdout).toMatch(new RegExp(`\\n +0 +\\d+ of 384 +\\S+ +${cold[0]!.replace(".", "\\.")}\\n +1 +\\d+ of 384 +\\S+ +${cold[1]!.replace(".", "\\.")}\\n`));
 
   const before = createHash("sha256").update(readFileSync(c.model)).digest("hex");
   const r = spawnSync("node", [bin, "pack", "--model", c.model, "--profile", c.profile, "--out", c.model], { encoding: "utf8" });

@@ -62,7 +62,7 @@ export const pack: Command = {
     const r = await writePack(model, out, { profile, predictor, downType: dt === "same" ? undefined : weightTypeIds[dt], onProgress: progressBar(`writing ${out}`) });
     const seconds = (performance.now() - t0) / 1000;
     const pack = openPack(out);
-    const rows = pack.layers.map((l, i) => ({ layer: i, hotCount: l.hotCount, downRelayoutError: r.downRelayoutError[i]! }));
+    const rows = pack.layers.map((l, i) => ({ layer: i, hotCount: l.hotCount, downRelayoutError: r.downRelayoutError[i]!, ...(l.coldRequests !== undefined && { coldRequests: l.coldRequests }) }));
     if (v.json) {
       process.stdout.write(
         JSON.stringify({
@@ -86,9 +86,12 @@ export const pack: Command = {
     o.push(
       `bundle: gate ${tn(pack.gateType)} ${pack.gateBytes} B → ${pack.gateBlock} B block, up ${tn(pack.upType)} ${pack.upBytes} B + down column ${tn(pack.downType)} ${pack.downBytes} B → ${pack.upDownBlock} B block; ${pack.bundleBytes} B per neuron`,
     );
-    o.push("layer  hot neurons (80% of firings)  down re-layout error ‖D'−D‖/‖D‖");
+    // the profile's order: read requests per fired cold neuron, adjacent ones sharing one (held out)
+    const ordered = rows.every((row) => row.coldRequests !== undefined);
+    o.push(`layer  hot neurons (80% of firings)  down re-layout error ‖D'−D‖/‖D‖${ordered ? "  cold reads per fired neuron (co-activation order)" : ""}`);
     for (const row of rows) {
-      o.push(`${String(row.layer).padStart(5)}  ${`${row.hotCount} of ${pack.config.nFF}`.padStart(28)}  ${row.downRelayoutError === 0 ? "0 (exact)" : row.downRelayoutError.toExponential(3)}`);
+      const err = row.downRelayoutError === 0 ? "0 (exact)" : row.downRelayoutError.toExponential(3);
+      o.push(`${String(row.layer).padStart(5)}  ${`${row.hotCount} of ${pack.config.nFF}`.padStart(28)}  ${ordered ? `${err.padEnd(33)}  ${row.coldRequests!.toFixed(2)}` : err}`);
     }
     process.stdout.write(o.join("\n") + "\n");
   },
