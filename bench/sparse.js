@@ -35,8 +35,9 @@
 //            --lock FILE (hold an flock on FILE during each child and its eviction, so other
 //            heavy jobs that take the same lock never overlap a measurement; $NEURONPIPE_CPU_LOCK)
 //            --prepare (build the model, profile, predictors and pack, then stop)
-//            --cofire-group N (the model with co-firing groups of N planted, `synth --cofire-group`;
-//            its files are named …-cofireN…, so one DIR holds both)
+//            --cofire-group N [--cofire-share S] (the model with co-firing groups of N planted,
+//            `synth --cofire-group N --cofire-share S`; its files are named …-cofireN… or
+//            …-cofireN-shareS…, so one DIR holds them all)
 //
 // Building the model once: synth (~2 min), profile 1024 tokens (dense, ~2 min), fit the linear
 // predictors on 7,000 tokens (~15 min), pack (~3 min). Progress goes to stderr.
@@ -97,6 +98,7 @@ const { values: v } = parseArgs({
     svg: { type: "string" },
     prepare: { type: "boolean", default: false },
     "cofire-group": { type: "string", default: "0" },
+    "cofire-share": { type: "string" },
     help: { type: "boolean", short: "h", default: false },
   },
 });
@@ -120,13 +122,15 @@ function run(args, what) {
 async function prepare(dir) {
   mkdirSync(dir, { recursive: true });
   const group = Number(v["cofire-group"]);
-  const name = `llama2-7b-sparse-q4_0-seed1${group > 0 ? `-cofire${group}` : ""}`;
+  const share = v["cofire-share"];
+  if (share !== undefined && !(group > 0)) throw new Error("--cofire-share needs --cofire-group");
+  const name = `llama2-7b-sparse-q4_0-seed1${group > 0 ? `-cofire${group}${share !== undefined ? `-share${share}` : ""}` : ""}`;
   const model = join(dir, `${name}.gguf`);
   const profile = `${model}.profile.gguf`;
   const predictor = `${model}.predictor-linear.gguf`;
   const pack = join(dir, `${name}-linear.pack.gguf`);
   if (!existsSync(model)) {
-    const cofire = group > 0 ? ["--cofire-group", String(group)] : [];
+    const cofire = group > 0 ? ["--cofire-group", String(group), ...(share !== undefined ? ["--cofire-share", share] : [])] : [];
     run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", ...cofire, "--seed", "1", "--out", model], "synth");
   }
   // A random-weight model writes random tokens, so its activations are profiled and its
@@ -659,7 +663,7 @@ results.sort((a, b) => plan.findIndex((p) => p[0] === a.id) - plan.findIndex((p)
 const record = {
   date: new Date().toISOString(),
   machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory: os.totalmem(), node: process.version, bounds: machineBounds },
-  model: { file: model, pack, shape: "llama2-7b", type: "Q4_0", planted: `active 10%, hot 20% → 80%, gate rank 64${Number(v["cofire-group"]) > 0 ? `, co-firing groups of ${v["cofire-group"]}` : ""}` },
+  model: { file: model, pack, shape: "llama2-7b", type: "Q4_0", planted: `active 10%, hot 20% → 80%, gate rank 64${Number(v["cofire-group"]) > 0 ? `, co-firing groups of ${v["cofire-group"]} (share ${v["cofire-share"] ?? "0.9, synth's default"})` : ""}` },
   threads,
   decodeTokens: decode,
   repeat: reps,
