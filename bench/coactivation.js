@@ -44,14 +44,15 @@ const { collectActivations } = await dist("tools/collect-activations.js");
 const { native } = await dist("native.js");
 // the order and the request count the profiler uses (src/sparse/coactivation.ts)
 const { coactivationChain, runRequests } = await dist("sparse/coactivation.js");
+const { hotFirstOrder } = await dist("sparse/pack/format.js");
 const GAPS = [0, 1, 3];
 const log = (s) => process.stderr.write(`[coactivation] ${s}\n`);
 
-/** A layer's neurons hot-first by how many of the fired lists hold them (ties by index): the order a pack built from that profile has. */
-function orderByCounts(nFF, bits, rowBytes, tokens) {
-  const count = new Float64Array(nFF);
+/** Firing counts of a layer's neurons over tokens [0, tokens) of its fired bits. */
+function countsOf(nFF, bits, rowBytes, tokens) {
+  const count = new Uint32Array(nFF);
   for (let t = 0; t < tokens; t++) for (let i = 0; i < nFF; i++) count[i] += (bits[t * rowBytes + (i >> 3)] >> (i & 7)) & 1;
-  return Array.from({ length: nFF }, (_, i) => i).sort((a, b) => count[b] - count[a] || a - b);
+  return count;
 }
 
 async function analyse(name, modelPath, packPath, textPath, nTokens) {
@@ -70,7 +71,8 @@ async function analyse(name, modelPath, packPath, textPath, nTokens) {
   try {
     for (let l = 0; l < nLayer; l++) {
       const bits = n.viewU8(c.y[l], 0, tokens.length * rowBytes);
-      const order = pack ? pack.layers[l].order : orderByCounts(nFF, bits, rowBytes, half);
+      // no pack: hot-first by the learning half's counts, the order `pack` gives a profile without one
+      const order = pack ? pack.layers[l].order : hotFirstOrder(countsOf(nFF, bits, rowBytes, half));
       const cold = Array.from(order.slice(coldFrom)); // cold index j → neuron id
       const firedCold = (t) => cold.flatMap((id, j) => ((bits[t * rowBytes + (id >> 3)] >> (id & 7)) & 1 ? [j] : []));
       const lists = Array.from({ length: tokens.length }, (_, t) => firedCold(t));
@@ -88,7 +90,7 @@ async function analyse(name, modelPath, packPath, textPath, nTokens) {
             const r = runRequests(ps, g);
             const k = `${o} gap ${g}`;
             sums[k] ??= { req: 0, read: 0 };
-            sums[k].req += r.req;
+            sums[k].req += r.requests;
             sums[k].read += r.read;
           }
         }
