@@ -86,13 +86,29 @@ export function coactivationChain(m: number, lists: readonly Int32Array[]): Int3
   return chain;
 }
 
+/** `hotFirst` with positions [from, n) holding its cold neurons in `chain` order (indices into the cold ones). */
+function withChain(hotFirst: Int32Array, from: number, chain: Int32Array): Int32Array {
+  const order = Int32Array.from(hotFirst);
+  for (let k = 0; k < chain.length; k++) order[from + k] = hotFirst[from + chain[k]!]!;
+  return order;
+}
+
+/** Requests per fired neuron of fired lists (cold indices) when neuron j sits at position[j] (absent: at j) and a run of adjacent ones is one request. */
+function requestsPerFired(lists: readonly Int32Array[], position?: Int32Array): number {
+  let requests = 0;
+  let firedCount = 0;
+  for (const l of lists) {
+    const ps = position ? Int32Array.from(l, (j) => position[j]!).sort() : l;
+    requests += runRequests(ps, 0).requests;
+    firedCount += l.length;
+  }
+  return firedCount > 0 ? requests / firedCount : 1;
+}
+
 /** A layer's pack order: `hotFirst` (neuron ids by frequency) with positions [from, n) re-ordered by co-activation learned on tokens [t0, t1). */
 export function coactivationOrder(hotFirst: Int32Array, from: number, f: FiredBits, t0 = 0, t1 = f.tokens): Int32Array {
   const cold = hotFirst.subarray(from);
-  const chain = coactivationChain(cold.length, firedLists(f, cold, t0, t1));
-  const order = Int32Array.from(hotFirst);
-  for (let k = 0; k < chain.length; k++) order[from + k] = cold[chain[k]!]!;
-  return order;
+  return withChain(hotFirst, from, coactivationChain(cold.length, firedLists(f, cold, t0, t1)));
 }
 
 /**
@@ -100,12 +116,26 @@ export function coactivationOrder(hotFirst: Int32Array, from: number, f: FiredBi
  * request covers a run of adjacent fired positions (gap 0): 1 when no two ever sit side by side.
  */
 export function coldRequestsPerFired(order: Int32Array, from: number, f: FiredBits, t0: number, t1: number): number {
-  const cold = order.subarray(from);
-  let requests = 0;
-  let firedCount = 0;
-  for (const l of firedLists(f, cold, t0, t1)) {
-    requests += runRequests(l, 0).requests;
-    firedCount += l.length;
-  }
-  return firedCount > 0 ? requests / firedCount : 1;
+  return requestsPerFired(firedLists(f, order.subarray(from), t0, t1));
+}
+
+/**
+ * What the profiler writes for a layer, from one pass over its fired bits: the pack order learned
+ * on every token, and the requests per fired cold neuron on the second half of the tokens in
+ * hot-first order and in the order learned on the first half — what the order is worth on
+ * tokens it did not see. The same as coactivationOrder(hotFirst, from, f) and
+ * coldRequestsPerFired over the hot-first and the half-learned orders.
+ */
+export function learnLayerOrder(hotFirst: Int32Array, from: number, f: FiredBits): { order: Int32Array; coldRequests: { hotFirst: number; coactivation: number } } {
+  const cold = hotFirst.subarray(from);
+  const lists = firedLists(f, cold, 0, f.tokens);
+  const half = f.tokens >> 1;
+  const heldOut = lists.slice(half);
+  const learned = coactivationChain(cold.length, lists.slice(0, half));
+  const position = new Int32Array(cold.length); // cold index j → its position in the learned chain
+  learned.forEach((j, k) => (position[j] = k));
+  return {
+    order: withChain(hotFirst, from, coactivationChain(cold.length, lists)),
+    coldRequests: { hotFirst: requestsPerFired(heldOut), coactivation: requestsPerFired(heldOut, position) },
+  };
 }

@@ -8,7 +8,7 @@ import type { Model } from "../api/model.js";
 import { native } from "../native.js";
 import { hotSetSize, type ActivationProfile } from "../sparse/profile-file.js";
 import { ReuseCounter } from "../sparse/reuse.js";
-import { coactivationOrder, coldRequestsPerFired, type FiredBits } from "../sparse/coactivation.js";
+import { learnLayerOrder } from "../sparse/coactivation.js";
 import { hotFirstOrder } from "../sparse/pack/format.js";
 
 /** Tokens whose fired sets the co-activation order is learned from (the first ones profiled): enough for a 7B's cold neurons, bounded in time and memory. */
@@ -76,22 +76,20 @@ export function profileActivations(
             let active = 0;
             let both = 0;
             const row = t * nFF;
+            // the first coTokens tokens' fired flags, for the co-activation order
+            const bits = seen[layer]! < coTokens ? firedBits[layer] : undefined;
+            const at = seen[layer]!++ * rowBytes;
             for (let i = 0; i < nFF; i++) {
               const on = hb[row + i] !== 0 ? 1 : 0;
               if (on) {
                 c[i]!++;
                 active++;
                 if (p[i]) both++;
+                if (bits) bits[at + (i >> 3)]! |= 1 << (i & 7);
               }
               p[i] = on;
             }
             hist[layer]![active]!++;
-            const bits = firedBits[layer];
-            if (bits && seen[layer]! < coTokens) {
-              const at = seen[layer]! * rowBytes;
-              for (let i = 0; i < nFF; i++) if (hb[row + i] !== 0) bits[at + (i >> 3)]! |= 1 << (i & 7);
-            }
-            seen[layer]!++;
             reuse.addToken(layer, (i) => hb[row + i] !== 0);
             if (hp) {
               const union = active + prevCount[layer]! - both;
@@ -118,6 +116,7 @@ export function profileActivations(
       sum += k * h[k]!;
       if (h[k]) max = k;
     }
+    const hot80 = hotSetSize(c, 0.8);
     return {
       counts: c,
       activeMean: sum / total,
@@ -125,8 +124,9 @@ export function profileActivations(
       activeP99: histQuantile(h, total, 0.99),
       activeMax: max,
       overlap: overlapPairs > 0 ? overlapSum[l]! / overlapPairs : 0,
-      hot80: hotSetSize(c, 0.8),
-      ...(firedBits.length > 0 && orderByCoactivation(c, { bits: firedBits[l]!, rowBytes, tokens: coTokens })),
+      hot80,
+      // past the hot set by co-activation, unless its (m, m) co-firing counts would not fit
+      ...(firedBits.length > 0 && nFF - hot80 <= MAX_CHAIN && learnLayerOrder(hotFirstOrder(c), hot80, { bits: firedBits[l]!, rowBytes, tokens: coTokens })),
     };
   });
   return {
@@ -141,25 +141,3 @@ export function profileActivations(
     ...(firedBits.length > 0 && { coactivationTokens: coTokens }),
   };
 }
-
-/**
- * A layer's pack order (hot-first, the neurons past its hot set by co-activation) learned on all
- * the fired sets, and the requests per fired cold neuron it would take on the second half when
- * learned on the first, against hot-first order: what the order is worth, measured on tokens it
- * did not see.
- */
-function orderByCoactivation(counts: Uint32Array, f: FiredBits) {
-  const hotFirst = hotFirstOrder(counts);
-  const from = hotSetSize(counts, 0.8);
-  if (counts.length - from > MAX_CHAIN) return {}; // its (m, m) co-firing counts would not fit: hot-first
-  const half = f.tokens >> 1;
-  const learned = coactivationOrder(hotFirst, from, f, 0, half);
-  return {
-    order: coactivationOrder(hotFirst, from, f),
-    coldRequests: {
-      hotFirst: coldRequestsPerFired(hotFirst, from, f, half, f.tokens),
-      coactivation: coldRequestsPerFired(learned, from, f, half, f.tokens),
-    },
-  };
-}
-

@@ -1,7 +1,8 @@
 // The co-activation order (src/sparse/coactivation.ts) on hand-computed cases: requests for runs
 // of positions, the greedy chain, a layer's order and the requests it takes.
 import { expect, it } from "vitest";
-import { coactivationChain, coactivationOrder, coldRequestsPerFired, runRequests, type FiredBits } from "../../src/sparse/coactivation.js";
+import { coactivationChain, coactivationOrder, coldRequestsPerFired, learnLayerOrder, runRequests, type FiredBits } from "../../src/sparse/coactivation.js";
+import { lcg } from "../../src/util/lcg.js";
 
 /** Fired bits of 8 neurons over tokens given as lists of neuron ids. */
 function bitsOf(tokens: number[][]): FiredBits {
@@ -38,4 +39,22 @@ it("coactivationOrder keeps the hot set and chains the rest; coldRequestsPerFire
   const learned = coactivationOrder(hotFirst, 2, f, 0, 4);
   expect(Array.from(learned)).toEqual([6, 7, 0, 3, 1, 2, 4, 5]);
   expect(coldRequestsPerFired(learned, 2, f, 4, f.tokens)).toBe(1);
+});
+
+it("learnLayerOrder, from one pass over the fired bits, is the order and held-out requests the separate functions give", () => {
+  // the hand case above: learned on tokens 0–3 only the pair 0&3 is known, so held out both orders take 1
+  const hand = bitsOf([...Array(4).fill([6, 7, 0, 3]), ...Array(3).fill([6, 1, 4]), ...Array(2).fill([7, 2, 5])]);
+  const hotFirst = Int32Array.from([6, 7, 0, 1, 2, 3, 4, 5]);
+  expect(learnLayerOrder(hotFirst, 2, hand)).toEqual({ order: Int32Array.from([6, 7, 0, 3, 1, 4, 2, 5]), coldRequests: { hotFirst: 1, coactivation: 1 } });
+  // 64 neurons over 200 seeded tokens, each firing on about a quarter of them (two random bytes ANDed)
+  const next = lcg(7);
+  const rowBytes = 8;
+  const f: FiredBits = { bits: Uint8Array.from({ length: 200 * rowBytes }, () => (next() >>> 24) & (next() >>> 24)), rowBytes, tokens: 200 };
+  const order = Int32Array.from({ length: 64 }, (_, i) => (i * 37) % 64);
+  const half = 100;
+  const got = learnLayerOrder(order, 16, f);
+  expect(got.order).toEqual(coactivationOrder(order, 16, f));
+  expect(got.coldRequests.hotFirst).toBe(coldRequestsPerFired(order, 16, f, half, 200));
+  expect(got.coldRequests.coactivation).toBe(coldRequestsPerFired(coactivationOrder(order, 16, f, 0, half), 16, f, half, 200));
+  expect(got.coldRequests.coactivation).toBeLessThan(1);
 });
