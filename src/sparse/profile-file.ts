@@ -6,6 +6,7 @@ import { readGGUF } from "../gguf/reader.js";
 import { GGUFWriter } from "../gguf/writer.js";
 import { ValueType } from "../gguf/types.js";
 import { REUSE_RATE_CLASSES, type FiringReuse } from "./reuse.js";
+import { permutationFault } from "../util/permutation.js";
 
 export interface LayerProfile {
   /** (nFF) tokens for which each neuron fired. */
@@ -151,13 +152,9 @@ export function readProfile(path: string): ActivationProfile {
 }
 
 /** `order` if it is a permutation of 0..n-1, else an error naming the tensor and the first bad entry. */
-export function checkedOrder(path: string, name: string, order: Int32Array): Int32Array {
-  const seen = new Uint8Array(order.length);
-  for (let p = 0; p < order.length; p++) {
-    const id = order[p]!;
-    if (!(id >= 0 && id < order.length) || seen[id]) throw new Error(`${path}: ${name}[${p}] = ${id} is ${seen[id] ? "a repeated" : "not a"} neuron id of 0..${order.length - 1}; the order must be a permutation`);
-    seen[id] = 1;
-  }
+function checkedOrder(path: string, name: string, order: Int32Array): Int32Array {
+  const bad = permutationFault(order);
+  if (bad) throw new Error(`${path}: ${name}[${bad.position}] = ${bad.id} is ${bad.repeated ? "a repeated" : "not a"} neuron id of 0..${order.length - 1}; the order must be a permutation`);
   return order;
 }
 

@@ -1,12 +1,14 @@
 // The activation profiler against the trainer's own per-neuron statistics (PyTorch, computed
 // independently over the same held-out token windows), and its file round trip.
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, expect, it } from "vitest";
 import { loadModel } from "../../src/index.js";
 import { profileActivations } from "../../src/tools/profile.js";
 import { hotSetSize, readProfile, writeProfile } from "../../src/sparse/profile-file.js";
+import { readGGUF } from "../../src/gguf/reader.js";
+import { permutationFault } from "../../src/util/permutation.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const out = join(root, "tools", "train", "out");
@@ -66,4 +68,20 @@ it("hotSetSize on a hand-computed case", () => {
   // counts 50, 30, 10, 10: 80% of 100 needs the top two
   expect(hotSetSize(Uint32Array.from([10, 50, 10, 30]), 0.8)).toBe(2);
   expect(hotSetSize(Uint32Array.from([10, 50, 10, 30]), 0.81)).toBe(3);
+});
+
+it("permutationFault names the first entry out of range or repeated; a profile whose order is not a permutation is refused by tensor and position", () => {
+  expect(permutationFault([2, 0, 1])).toBeUndefined();
+  expect(permutationFault([0, 4, 1, 2])).toEqual({ position: 1, id: 4, repeated: false });
+  expect(permutationFault([1, 0, 1, -1])).toEqual({ position: 2, id: 1, repeated: true });
+  // the shipped profile holds orders: position 3 of layer 0's made a copy of position 2's
+  const shipped = join(root, "models", "neuronpipe-default.gguf.profile.gguf");
+  const bad = join(dir, "bad-order.profile.gguf");
+  copyFileSync(shipped, bad);
+  const t = readGGUF(bad).tensorsByName.get("blk.0.ffn_order")!;
+  const b = readFileSync(bad);
+  const id = b.readInt32LE(t.offset + 8);
+  b.writeInt32LE(id, t.offset + 12);
+  writeFileSync(bad, b);
+  expect(() => readProfile(bad)).toThrow(`${bad}: blk.0.ffn_order[3] = ${id} is a repeated neuron id of 0..1023; the order must be a permutation`);
 });

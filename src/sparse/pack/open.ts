@@ -7,6 +7,7 @@ import { readConfig, type ModelConfig } from "../../model/config.js";
 import { GGMLType, native } from "../../native.js";
 import { readReuse } from "../profile-file.js";
 import type { FiringReuse } from "../reuse.js";
+import { permutationFault } from "../../util/permutation.js";
 import { F32, I32, I8, P, PACK_ALIGNMENT, roundUp, PACK_VERSION, PackError, type Pack, type PackLayer, type PackPredictorLayer } from "./format.js";
 
 // ---- reading ------------------------------------------------------------------------
@@ -113,13 +114,9 @@ export function openPack(path: string): Pack {
       if (bt.offset % PACK_ALIGNMENT !== 0) fail(`tensor ${bt.name} starts at byte ${bt.offset}, not ${PACK_ALIGNMENT}-aligned`);
       const ot = tensor(`blk.${l}.ffn_order`, I32, [nFF]);
       const order = readI32(ot);
-      const seen = new Uint8Array(nFF);
-      for (let p = 0; p < nFF; p++) {
-        const j = order[p]!;
-        if (!(j >= 0 && j < nFF)) fail(`tensor ${ot.name}: position ${p} holds neuron ${j}, outside 0..${nFF - 1} (at byte ${ot.offset + 4 * p})`);
-        if (seen[j]) fail(`tensor ${ot.name}: neuron ${j} appears twice (again at position ${p}, byte ${ot.offset + 4 * p}); the order must be a permutation of 0..${nFF - 1}`);
-        seen[j] = 1;
-      }
+      const bad = permutationFault(order);
+      if (bad && !bad.repeated) fail(`tensor ${ot.name}: position ${bad.position} holds neuron ${bad.id}, outside 0..${nFF - 1} (at byte ${ot.offset + 4 * bad.position})`);
+      if (bad) fail(`tensor ${ot.name}: neuron ${bad.id} appears twice (again at position ${bad.position}, byte ${ot.offset + 4 * bad.position}); the order must be a permutation of 0..${nFF - 1}`);
       const ct = tensor(`blk.${l}.act_count`, I32, [nFF]);
       const c = readI32(ct);
       const counts = new Uint32Array(c.buffer, c.byteOffset, nFF);
