@@ -107,6 +107,10 @@ if (v.help) {
   process.exit(0);
 }
 const threads = Number(v.threads);
+// the 7B with co-firing groups (synth --cofire-group/--cofire-share), or without (0)
+const cofireGroup = Number(v["cofire-group"]);
+const cofireShare = v["cofire-share"];
+if (cofireShare !== undefined && !(cofireGroup > 0)) throw new Error("--cofire-share needs --cofire-group");
 const decode = Number(v.decode);
 const ctx = Number(v.ctx);
 const reps = Number(v.repeat);
@@ -121,16 +125,13 @@ function run(args, what) {
 /** Build (or reuse) the model, its profile, predictors and pack. */
 async function prepare(dir) {
   mkdirSync(dir, { recursive: true });
-  const group = Number(v["cofire-group"]);
-  const share = v["cofire-share"];
-  if (share !== undefined && !(group > 0)) throw new Error("--cofire-share needs --cofire-group");
-  const name = `llama2-7b-sparse-q4_0-seed1${group > 0 ? `-cofire${group}${share !== undefined ? `-share${share}` : ""}` : ""}`;
+  const name = `llama2-7b-sparse-q4_0-seed1${cofireGroup > 0 ? `-cofire${cofireGroup}${cofireShare !== undefined ? `-share${cofireShare}` : ""}` : ""}`;
   const model = join(dir, `${name}.gguf`);
   const profile = `${model}.profile.gguf`;
   const predictor = `${model}.predictor-linear.gguf`;
   const pack = join(dir, `${name}-linear.pack.gguf`);
   if (!existsSync(model)) {
-    const cofire = group > 0 ? ["--cofire-group", String(group), ...(share !== undefined ? ["--cofire-share", share] : [])] : [];
+    const cofire = cofireGroup > 0 ? ["--cofire-group", String(cofireGroup), ...(cofireShare !== undefined ? ["--cofire-share", cofireShare] : [])] : [];
     run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", ...cofire, "--seed", "1", "--out", model], "synth");
   }
   // A random-weight model writes random tokens, so its activations are profiled and its
@@ -663,7 +664,7 @@ results.sort((a, b) => plan.findIndex((p) => p[0] === a.id) - plan.findIndex((p)
 const record = {
   date: new Date().toISOString(),
   machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory: os.totalmem(), node: process.version, bounds: machineBounds },
-  model: { file: model, pack, shape: "llama2-7b", type: "Q4_0", planted: `active 10%, hot 20% → 80%, gate rank 64${Number(v["cofire-group"]) > 0 ? `, co-firing groups of ${v["cofire-group"]} (share ${v["cofire-share"] ?? "0.9, synth's default"})` : ""}` },
+  model: { file: model, pack, shape: "llama2-7b", type: "Q4_0", planted: `active 10%, hot 20% → 80%, gate rank 64${cofireGroup > 0 ? `, co-firing groups of ${cofireGroup} (share ${cofireShare ?? "0.9, synth's default"})` : ""}` },
   threads,
   decodeTokens: decode,
   repeat: reps,

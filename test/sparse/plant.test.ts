@@ -10,6 +10,7 @@ import { trainPredictors } from "../../src/tools/train-predictor.js";
 import { cofireGroups, cofireSeed, neuronFrequencies, normalQuantile } from "../../src/tools/synth/plant-sparsity.js";
 import { collectActivations, popcount8 } from "../../src/tools/collect-activations.js";
 import { native } from "../../src/native.js";
+import { quietly } from "../helpers/quiet.js";
 
 const dir = mkdtempSync(join(tmpdir(), "np-plant-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -106,10 +107,7 @@ it("--cofire-group plants neurons that fire on the same tokens; the same partiti
   const lift: Record<string, { within: number; across: number; active: number }> = {};
   for (const cofire of ["0", "8"]) {
     const path = join(dir, `cofire${cofire}.gguf`);
-    const quiet = process.stderr.write.bind(process.stderr);
-    process.stderr.write = (() => true) as typeof process.stderr.write;
-    const code = await main(["synth", "--out", path, "--embd", "256", "--ff", String(nFF), "--layers", "1", "--heads", "8", "--type", "f16", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "32", "--cofire-group", cofire, "--seed", "1"]);
-    process.stderr.write = quiet;
+    const code = await quietly(() => main(["synth", "--out", path, "--embd", "256", "--ff", String(nFF), "--layers", "1", "--heads", "8", "--type", "f16", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "32", "--cofire-group", cofire, "--seed", "1"]));
     expect(code).toBe(0);
     const model = await loadModel(path);
     const tokens = model.tokenizer.encode(text).slice(0, 1024);
