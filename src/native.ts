@@ -164,7 +164,13 @@ export interface NativeAddon {
    */
   openLoader(path: string, opts: { backend: "uring" | "pread" | "auto"; queueDepth: number; directIO: boolean; threads?: number }): number;
   /** Chosen backend and parameters; fileSize is the size at open time. */
-  loaderInfo(id: number): { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; fileSize: number; threads: number; path: string; note?: string };
+  loaderInfo(id: number): { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; fileSize: number; threads: number; fixedBuffer: boolean; path: string; note?: string };
+  /**
+   * io_uring: register buffer `bufferId` with the loader's ring (one per loader, replacing the
+   * last; the loader keeps it alive); reads landing inside it are READ_FIXED. Returns "" or why
+   * it was not registered (pread backend, RLIMIT_MEMLOCK, …): reads work the same either way.
+   */
+  loaderFixBuffer(loaderId: number, bufferId: number): string;
   /** Close a loader (a batch running on another thread finishes first). */
   closeLoader(id: number): void;
   /**

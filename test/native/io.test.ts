@@ -140,6 +140,42 @@ describe("direct-I/O loader", () => {
     if (results.length === 2) expect(results[0].got.equals(results[1].got)).toBe(true);
   });
 
+  it("reads into a registered (fixed) buffer return the file's bytes, beside reads into another; freeing it while registered leaves the loader working; the pread backend says why it has none", () => {
+    for (const backend of backends) {
+      const id = N.openLoader(file, { backend, queueDepth: 8, directIO: true });
+      const fixed = N.alloc(16 * BLK);
+      const other = N.alloc(4 * BLK);
+      const why = N.loaderFixBuffer(id, fixed);
+      if (backend === "pread") expect(why).toBe("the pread backend has no fixed buffers");
+      else {
+        expect(why).toBe("");
+        expect(N.loaderInfo(id).fixedBuffer).toBe(true);
+      }
+      // 16 blocks into the registered buffer (READ_FIXED), 4 into another (plain reads), one batch
+      const reqs: number[] = [];
+      for (let i = 0; i < 16; i++) reqs.push(((i * 37) % 2000) * BLK, BLK, fixed, (15 - i) * BLK);
+      for (let i = 0; i < 4; i++) reqs.push(((i * 53 + 7) % 2000) * BLK, BLK, other, i * BLK);
+      N.readBatch(id, Float64Array.from(reqs));
+      const f = N.viewU8(fixed, 0, 16 * BLK);
+      for (let i = 0; i < 16; i++) {
+        const off = ((i * 37) % 2000) * BLK;
+        expect(Buffer.from(f.subarray((15 - i) * BLK, (16 - i) * BLK)).equals(ref.subarray(off, off + BLK)), `block ${i}`).toBe(true);
+      }
+      const o = N.viewU8(other, 0, 4 * BLK);
+      for (let i = 0; i < 4; i++) {
+        const off = ((i * 53 + 7) % 2000) * BLK;
+        expect(Buffer.from(o.subarray(i * BLK, (i + 1) * BLK)).equals(ref.subarray(off, off + BLK))).toBe(true);
+      }
+      // freed by its owner while registered: the loader holds its own reference
+      N.free(fixed);
+      N.readBatch(id, new Float64Array([0, BLK, other, 0]));
+      expect(Buffer.from(N.viewU8(other, 0, BLK)).equals(ref.subarray(0, BLK))).toBe(true);
+      expect(() => N.loaderFixBuffer(id, 987654)).toThrow(/loaderFixBuffer: buffer 987654 is not a live buffer/);
+      N.free(other);
+      N.closeLoader(id);
+    }
+  });
+
   it("unaligned reads work without O_DIRECT", () => {
     for (const backend of backends) {
       const id = N.openLoader(file, { backend, queueDepth: 4, directIO: false });

@@ -92,9 +92,23 @@ Napi::Value LoaderInfo(const Napi::CallbackInfo& info) {
   o.Set("directIO", l->directIO());
   o.Set("fileSize", (double)l->fileSize());
   o.Set("threads", (double)l->threads());
+  o.Set("fixedBuffer", l->hasFixedBuffer());
   o.Set("path", l->path());
   if (!l->note().empty()) o.Set("note", l->note());
   return o;
+}
+
+// loaderFixBuffer(loaderId, bufferId) -> "" or why the buffer was not registered (Loader::fixBuffer)
+Napi::Value LoaderFixBuffer(const Napi::CallbackInfo& info) {
+  const char* fn = "loaderFixBuffer";
+  Napi::Env env = info.Env();
+  auto l = getLoader(info, fn);
+  if (info.Length() < 2 || !info[1].IsNumber()) typeErr(env, fn, "bufferId must be a number");
+  const double v = info[1].As<Napi::Number>().DoubleValue();
+  BufferRef b = std::isfinite(v) && v >= 0 && v == std::floor(v) ? np::registryGet((int64_t)v) : nullptr;
+  if (!b) rangeErr(env, fn, "buffer " + fmt(v) + " is not a live buffer");
+  if (b->kind == np::BufKind::Mapped) rangeErr(env, fn, "buffer " + fmt(v) + " is a read-only file mapping");
+  return Napi::String::New(env, l->fixBuffer(std::move(b)));
 }
 
 Napi::Value CloseLoader(const Napi::CallbackInfo& info) {
@@ -243,6 +257,7 @@ void RegisterIo(Napi::Env env, Napi::Object exports) {
   def("openLoader", OpenLoader);
   def("loaderInfo", LoaderInfo);
   def("closeLoader", CloseLoader);
+  def("loaderFixBuffer", LoaderFixBuffer);
   def("readBatch", ReadBatch);
   def("readBatchStart", ReadBatchStart);
   def("readBatchWait", ReadBatchWait);

@@ -223,7 +223,11 @@ void Loader::readUring(const std::vector<ReadReq>& reqs) {
     }
     const ReadReq& r = reqs[i];
     const unsigned len = (unsigned)std::min<uint64_t>(r.length - done[i], 0x7ffff000ull);
-    io_uring_prep_read(sqe, fd_, r.dst + done[i], len, r.fileOffset + done[i]);
+    uint8_t* dst = r.dst + done[i];
+    if (fixed_ && dst >= fixed_->ptr && (size_t)(dst - fixed_->ptr) + len <= fixed_->size)
+      io_uring_prep_read_fixed(sqe, fd_, dst, len, r.fileOffset + done[i], 0);
+    else
+      io_uring_prep_read(sqe, fd_, dst, len, r.fileOffset + done[i]);
     io_uring_sqe_set_data64(sqe, (uint64_t)i);
     queued++;
     inflight++;
@@ -287,6 +291,29 @@ void Loader::readUring(const std::vector<ReadReq>& reqs) {
 #else
   (void)reqs;
   throw std::runtime_error(path_ + ": io_uring backend unavailable");
+#endif
+}
+
+std::string Loader::fixBuffer(BufferRef buf) {
+  std::lock_guard<std::mutex> lk(batchMu_);
+#ifdef NP_HAVE_LIBURING
+  if (backend_ != Backend::Uring) return "the pread backend has no fixed buffers";
+  if (!buf || buf->size == 0) return "no buffer";
+  if (buf->size > (size_t)1 << 30) return "buffers over 1 GiB cannot be registered";
+  io_uring* ring = &ring_->ring;
+  if (fixed_) {
+    io_uring_unregister_buffers(ring);
+    fixed_.reset();
+  }
+  iovec iov{buf->ptr, buf->size};
+  const int ret = io_uring_register_buffers(ring, &iov, 1);
+  if (ret == -ENOMEM) return "io_uring_register_buffers: " + std::to_string(buf->size) + " bytes exceed RLIMIT_MEMLOCK (ulimit -l)";
+  if (ret < 0) return "io_uring_register_buffers: " + errText(-ret);
+  fixed_ = std::move(buf);
+  return {};
+#else
+  (void)buf;
+  return "built without liburing";
 #endif
 }
 
