@@ -65,7 +65,8 @@ export class SparseParts {
     readonly ffn: FfnLayout,
     readonly predictor: PredictorMode,
     readonly loaderId: number,
-    readonly io: { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; note?: string },
+    /** fixedBuffers: the staging buffers registered with the rings (READ_FIXED), or why not. */
+    readonly io: { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; note?: string; fixedBuffers: string },
   ) {
     this.ffnStats = Array.from({ length: pack.config.nLayer }, () => ({ predicted: 0, fired: 0, tokens: 0 }));
     this.policy = cache;
@@ -157,7 +158,7 @@ export class SparseParts {
 
   /** The memory plan, reads and predictor, in words. */
   describe(): string {
-    return `${describePlan(this.plan)}\nI/O: ${this.io.backend}, queue depth ${this.io.queueDepth}, ${this.io.directIO ? "O_DIRECT" : "buffered"}${this.io.note ? ` (${this.io.note})` : ""}; predictor: ${this.predictor}; hot-region preload read ${(this.cache.preloadBytes / 2 ** 20).toFixed(1)} MiB`;
+    return `${describePlan(this.plan)}\nI/O: ${this.io.backend}, queue depth ${this.io.queueDepth}, ${this.io.directIO ? "O_DIRECT" : "buffered"}${this.io.note ? ` (${this.io.note})` : ""}, ${this.io.fixedBuffers}; predictor: ${this.predictor}; hot-region preload read ${(this.cache.preloadBytes / 2 ** 20).toFixed(1)} MiB`;
   }
 
   dispose(): void {
@@ -256,12 +257,14 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
       off: scratch.off,
       pred,
     };
+    const fixedBuffers = fixStaging(loaderId, cache.staging, aheadId, cache.aheadStaging);
     if (o.preload) cache.preload(o.onProgress);
     const parts = new SparseParts(pack, plan, weights, cache, ffn, o.predictor, loaderId, {
       backend: info.backend,
       queueDepth: info.queueDepth,
       directIO: info.directIO,
       note: info.note ?? (o.io.directIO && !info.directIO ? "the filesystem refused O_DIRECT" : undefined),
+      fixedBuffers,
     });
     parts.sample();
     return parts;
@@ -274,4 +277,19 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
     if (aheadId >= 0) n.closeLoader(aheadId);
     throw e;
   }
+}
+
+/**
+ * Register the staging buffers reads land in with their loaders' rings (READ_FIXED: the kernel
+ * does not pin and unpin the destination's pages on every request; native/bench/read-cost.mjs
+ * --fixed measures it). Where it cannot (the pread backend, RLIMIT_MEMLOCK below the buffer's
+ * size without CAP_IPC_LOCK), reads go on as before; the returned words say which.
+ */
+function fixStaging(loaderId: number, staging: number, aheadId: number, aheadStaging: number): string {
+  const n = native();
+  const why = n.loaderFixBuffer(loaderId, staging);
+  const whyAhead = aheadId >= 0 && aheadStaging >= 0 ? n.loaderFixBuffer(aheadId, aheadStaging) : undefined;
+  if (!why && !whyAhead) return aheadId >= 0 ? "staging and read-ahead staging registered (READ_FIXED)" : "staging registered (READ_FIXED)";
+  if (why && (whyAhead === undefined || whyAhead === why)) return `no registered buffers (${why})`;
+  return why ? `read-ahead staging registered, not the staging (${why})` : `staging registered, not the read-ahead staging (${whyAhead})`;
 }
