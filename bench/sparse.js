@@ -37,7 +37,9 @@
 //            --prepare (build the model, profile, predictors and pack, then stop)
 //            --cofire-group N [--cofire-share S] (the model with co-firing groups of N planted,
 //            `synth --cofire-group N --cofire-share S`; its files are named …-cofireN… or
-//            …-cofireN-shareS…, so one DIR holds them all)
+//            …-cofireN-shareS…, so one DIR holds them all). Default: groups of 8 at share 0.7,
+//            whose co-activation gain matches the real default model's (docs/benchmarks.md,
+//            2026-11-28 noon); --cofire-group 8 alone takes synth's share (0.9); 0: no groups
 //
 // Building the model once: synth (~2 min), profile 1024 tokens (dense, ~2 min), fit the linear
 // predictors on 7,000 tokens (~15 min), pack (~3 min). Progress goes to stderr.
@@ -97,7 +99,7 @@ const { values: v } = parseArgs({
     "read-ahead": { type: "string" },
     svg: { type: "string" },
     prepare: { type: "boolean", default: false },
-    "cofire-group": { type: "string", default: "0" },
+    "cofire-group": { type: "string" },
     "cofire-share": { type: "string" },
     help: { type: "boolean", short: "h", default: false },
   },
@@ -107,9 +109,10 @@ if (v.help) {
   process.exit(0);
 }
 const threads = Number(v.threads);
-// the 7B with co-firing groups (synth --cofire-group/--cofire-share), or without (0)
-const cofireGroup = Number(v["cofire-group"]);
-const cofireShare = v["cofire-share"];
+// the 7B with co-firing groups (synth --cofire-group/--cofire-share), or without (0); by default
+// groups of 8 at share 0.7, the benchmark model that co-activates as the real default model does
+const cofireGroup = Number(v["cofire-group"] ?? 8);
+const cofireShare = v["cofire-share"] ?? (v["cofire-group"] === undefined ? "0.7" : undefined);
 if (cofireShare !== undefined && !(cofireGroup > 0)) throw new Error("--cofire-share needs --cofire-group");
 const decode = Number(v.decode);
 const ctx = Number(v.ctx);
