@@ -289,7 +289,8 @@ function fixStaging(loaderId: number, staging: number, aheadId: number, aheadSta
   const n = native();
   const why = n.loaderFixBuffer(loaderId, staging);
   const whyAhead = aheadId >= 0 && aheadStaging >= 0 ? n.loaderFixBuffer(aheadId, aheadStaging) : undefined;
-  if (!why && !whyAhead) return aheadId >= 0 ? "staging and read-ahead staging registered (READ_FIXED)" : "staging registered (READ_FIXED)";
-  if (why && (whyAhead === undefined || whyAhead === why)) return `no registered buffers (${why})`;
+  if (whyAhead === undefined) return why ? `staging not registered (${why})` : "staging registered (READ_FIXED)";
+  if (!why && !whyAhead) return "staging and read-ahead staging registered (READ_FIXED)";
+  if (why && whyAhead) return `no registered buffers (${why === whyAhead ? why : `staging: ${why}; read-ahead staging: ${whyAhead}`})`;
   return why ? `read-ahead staging registered, not the staging (${why})` : `staging registered, not the read-ahead staging (${whyAhead})`;
 }

@@ -10,9 +10,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "registry.h"
-#include <vector>
 
 namespace np::io {
 
@@ -46,7 +46,7 @@ class Loader {
 
   // io_uring: register `buf` with the ring (one buffer per loader, replacing the last); reads
   // landing inside it are then READ_FIXED, which spares the kernel pinning and unpinning the
-  // destination's pages on every request (~0.7 us a read here). Returns "" or why it was not
+  // destination's pages on every request (0.1-1.7 us a read here). Returns "" or why it was not
   // done (pread backend, RLIMIT_MEMLOCK, …); reads work the same either way. The loader keeps
   // the buffer alive while registered.
   std::string fixBuffer(BufferRef buf);
