@@ -296,8 +296,8 @@ void Loader::readUring(const std::vector<ReadReq>& reqs) {
 
 std::string Loader::fixBuffer(BufferRef buf) {
   std::lock_guard<std::mutex> lk(batchMu_);
-#ifdef NP_HAVE_LIBURING
   if (backend_ != Backend::Uring) return "the pread backend has no fixed buffers";
+#ifdef NP_HAVE_LIBURING
   if (!buf || buf->size == 0) return "no buffer";
   if (buf->size > (size_t)1 << 30) return "buffers over 1 GiB cannot be registered";
   io_uring* ring = &ring_->ring;
@@ -313,7 +313,7 @@ std::string Loader::fixBuffer(BufferRef buf) {
   return {};
 #else
   (void)buf;
-  return "built without liburing";
+  return "built without liburing";  // not reached: without liburing every loader is pread
 #endif
 }
 
