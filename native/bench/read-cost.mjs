@@ -4,7 +4,7 @@
 // and what the kernel charges this process of them). The device's limit is IOPS below some
 // size and bandwidth above it; the CPU per request is what reads take from compute on a
 // machine with few cores. --addon runs another build's loader (an A/B of two builds, in
-// alternation, each round).
+// alternation, each going first every other round).
 // Usage: node native/bench/read-cost.mjs --file BIG_FILE [--sizes 4096,8192,16384]
 //          [--depths 32,128] [--seconds 1.5] [--rounds 3] [--addon OTHER.node] [--fixed] [--json]
 // --fixed registers each destination buffer with the ring (loaderFixBuffer) in the builds that
@@ -78,7 +78,11 @@ const rows = [];
 for (const size of sizes) {
   for (const depth of depths) {
     const got = builds.map(() => []);
-    for (let r = 0; r < rounds; r++) builds.forEach(([, N], b) => got[b].push(measure(N, size, depth, 12345 + r)));
+    // the builds take turns going first, round by round (the device's speed drifts within seconds)
+    for (let r = 0; r < rounds; r++) {
+      const order = r % 2 === 0 ? builds.map((_, b) => b) : builds.map((_, b) => builds.length - 1 - b);
+      for (const b of order) got[b].push(measure(builds[b][1], size, depth, 12345 + r));
+    }
     builds.forEach(([name], b) => {
       const m = (k) => median(got[b].map((g) => g[k]));
       rows.push({ build: name, backend: got[b][0].backend, size, depth, readsPerSecond: m("readsPerSecond"), mbPerSecond: m("mbPerSecond"), cpuUsPerRead: m("cpuUsPerRead") });
