@@ -36,6 +36,14 @@ int64_t loaderIdArg(const Napi::CallbackInfo& info, const char* fn) {
   return (int64_t)v;
 }
 
+// Argument i, a number already checked, as a live registry buffer ("NAME ID is not a live buffer").
+BufferRef liveBufferArg(const Napi::CallbackInfo& info, int i, const char* fn, const char* name) {
+  const double v = info[i].As<Napi::Number>().DoubleValue();
+  BufferRef b = std::isfinite(v) && v >= 0 && v == std::floor(v) ? np::registryGet((int64_t)v) : nullptr;
+  if (!b) rangeErr(info.Env(), fn, std::string(name) + " " + fmt(v) + " is not a live buffer");
+  return b;
+}
+
 std::shared_ptr<Loader> getLoader(const Napi::CallbackInfo& info, const char* fn) {
   const int64_t id = loaderIdArg(info, fn);
   auto l = loaderGet(id);
@@ -104,10 +112,8 @@ Napi::Value LoaderFixBuffer(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   auto l = getLoader(info, fn);
   if (info.Length() < 2 || !info[1].IsNumber()) typeErr(env, fn, "bufferId must be a number");
-  const double v = info[1].As<Napi::Number>().DoubleValue();
-  BufferRef b = std::isfinite(v) && v >= 0 && v == std::floor(v) ? np::registryGet((int64_t)v) : nullptr;
-  if (!b) rangeErr(env, fn, "buffer " + fmt(v) + " is not a live buffer");
-  if (b->kind == np::BufKind::Mapped) rangeErr(env, fn, "buffer " + fmt(v) + " is a read-only file mapping");
+  BufferRef b = liveBufferArg(info, 1, fn, "buffer");
+  if (b->kind == np::BufKind::Mapped) rangeErr(env, fn, "buffer " + fmt(info[1].As<Napi::Number>().DoubleValue()) + " is a read-only file mapping");
   return Napi::String::New(env, l->fixBuffer(std::move(b)));
 }
 
@@ -204,13 +210,7 @@ Napi::Value ReadBatchStart(const Napi::CallbackInfo& info) {
   if (info.Length() < 5 || !info[2].IsNumber() || !info[3].IsNumber() || !info[4].IsTypedArray() ||
       info[4].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
     typeErr(env, fn, "expected (loaderId, requests, copyDst, copySrc, copies: Float64Array of [dstOffset, srcOffset, length] per copy)");
-  auto bufArg = [&](int i, const char* name) {
-    const double v = info[i].As<Napi::Number>().DoubleValue();
-    BufferRef b = std::isfinite(v) && v >= 0 && v == std::floor(v) ? np::registryGet((int64_t)v) : nullptr;
-    if (!b) rangeErr(env, fn, std::string(name) + " " + fmt(v) + " is not a live buffer");
-    return b;
-  };
-  BufferRef dst = bufArg(2, "copyDst"), src = bufArg(3, "copySrc");
+  BufferRef dst = liveBufferArg(info, 2, fn, "copyDst"), src = liveBufferArg(info, 3, fn, "copySrc");
   if (dst->kind == np::BufKind::Mapped) rangeErr(env, fn, "copyDst is a read-only file mapping");
   Napi::Float64Array c = info[4].As<Napi::Float64Array>();
   if (c.ElementLength() % 3 != 0) rangeErr(env, fn, "copies length " + std::to_string(c.ElementLength()) + " is not a multiple of 3");
