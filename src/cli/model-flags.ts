@@ -43,7 +43,7 @@ export const modelFlagsHelp: Record<keyof typeof modelFlags, string> = {
   "pin-gates":
     "neuron pack only: auto (default: keep every gate row resident when they take ≤ 75% of the neuron cache), on or off; with pinned gate rows a predicted neuron costs a read only if it fires",
   "read-ahead":
-    "neuron pack, inline decoder: neurons per batch of reads ahead (default min(1024, n_ff/8) when that staging is ≤ 5% of the up+down cache, else none; 0 off): with pinned gate rows, the next layer's likely-firing neurons are read in the background while this layer computes",
+    "neuron pack, inline decoder: neurons per batch of reads ahead (default: the plan's; without a plan min(1024, n_ff/8) with pinned gate rows when that staging is ≤ 5% of the up+down cache, else none; 0 off): the next layers' likely-firing neurons are read in the background while this layer computes (up+down rows with pinned gate rows, else whole bundles)",
   "sparse-stats": "neuron pack only: print per-layer hit rate and bytes read per token",
   plan: "neuron pack only: decode with this saved plan (`neuronpipe plan --out FILE`); by default a plan is made at load from this machine's probe, and every flag given overrides its knob",
   trace: "record actor events and I/O/kernel intervals as JSON lines to this file (`neuronpipe trace export|plot|stats|replay`)",

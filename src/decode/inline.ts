@@ -9,10 +9,11 @@
 //     cache.loadUpDown             up+down of A resident (cold: one more block each)
 //     upAct, down                  h = act(g)·u;  o += Σ h·down   (A ascending)
 //
-//   (decode, pinned gates) lookAhead, cache.readAhead
+//   (decode) lookAhead, cache.readAhead
 //                                  the likely-firing neurons of layers L+1 and L+2 that are not
 //                                  resident are read in the background while this thread goes
-//                                  on; a layer's first loadUpDown waits for its batch
+//                                  on (up+down blocks with pinned gate rows, else whole bundles);
+//                                  a layer's first load waits for its batch
 //
 // Other reads happen synchronously inside the cache's loads. The down projection accumulates in
 // pack order whatever the chunking, and reads ahead only change where bytes come from, so the
@@ -34,7 +35,7 @@ export class InlineDecoder implements Decoder {
   trace: TraceRecorder | undefined;
   /** Evict predicted-but-silent cold neurons first (NeuronCache.demoteSilent). */
   demote = true;
-  /** Read a later layer's likely-firing neurons in the background (when the plan has read-ahead staging and pinned gates). */
+  /** Read a later layer's likely-firing neurons in the background (when the plan has read-ahead staging). */
   readAhead = true;
   /** How many layers ahead: at the end of layer L, layer L+aheadLayers's neurons are read (as many batches in flight). */
   aheadLayers = 2;
@@ -114,8 +115,9 @@ export class InlineDecoder implements Decoder {
 
   describe(): string {
     const { cache, plan, pack } = this.parts;
-    const ahead = this.readAhead && cache.pinned && cache.aheadStaging >= 0;
-    return `decoder: inline (sparse FFN on the calling thread: predict, read what is missing, compute)${ahead ? `; reads ahead: the next ${this.aheadLayers} layers' likely-firing neurons in the background, up to ${Math.floor(plan.readAheadBytes / pack.upDownBlock / this.aheadLayers)} per layer` : ""}`;
+    const ahead = this.readAhead && cache.aheadStaging >= 0;
+    const block = cache.pinned ? pack.upDownBlock : pack.bundleBytes;
+    return `decoder: inline (sparse FFN on the calling thread: predict, read what is missing, compute)${ahead ? `; reads ahead: the next ${this.aheadLayers} layers' likely-firing neurons in the background (${cache.pinned ? "up+down blocks" : "whole bundles"}), up to ${Math.floor(plan.readAheadBytes / block / this.aheadLayers)} per layer` : ""}`;
   }
 
   async dispose(): Promise<void> {
@@ -154,7 +156,7 @@ export class InlineDecoder implements Decoder {
     }
     const bytes = this.parts.pack.config.nEmbd * 4;
     // reads ahead in decode only: with a batch the next FFN is this layer's, for the next token
-    const ahead = nTok === 1 && this.readAhead && this.parts.cache.pinned && this.parts.cache.aheadStaging >= 0;
+    const ahead = nTok === 1 && this.readAhead && this.parts.cache.aheadStaging >= 0;
     for (let t = 0; t < nTok; t++) this.token(layer, { buf: rs.buf, x: rs.x + t * bytes, xb: rs.xb + t * bytes, o: rs.o + t * bytes }, ahead);
   }
 
@@ -171,6 +173,7 @@ export class InlineDecoder implements Decoder {
     clock?.mark("predictor", "predict", layer, { neurons: nP });
     const { P, slots, aPos, aSlots } = steps;
     for (let start = 0; start < nP; ) {
+      if (!cache.pinned) this.settle(layer); // the gate rows read ahead land before they are used (traced here)
       const end = cache.loadGates(layer, P, start, nP, slots.subarray(start));
       if (clock) this.markLoad(clock, layer, "gate");
       const g = steps.gate(layer, t, start, end - start);

@@ -42,6 +42,8 @@ export interface OpenOptions {
   pinGates?: boolean | "auto";
   /** Neurons per batch of reads ahead (inline decoder with pinned gates: the next layer's likely-firing neurons are read in the background while this layer computes); default min(1024, n_ff/8) when that staging is at most 5% of the up+down cache (on a small model it would cost more hits than reading ahead saves), else none; given explicitly it is used whatever its share; 0 turns reads ahead off. */
   readAhead?: number;
+  /** Share of the cold region that keeps the most-fired cold neurons (by the profile) for good, loaded at start; the rest is the LRU list misses go through (default 0: all LRU). */
+  coldKeep?: number;
   /** Knobs of the pipeline and blocking decoders (docs/pipeline.md). */
   pipeline?: Omit<PipelineOptions, "mode">;
   /** Progress of the hot-region preload. */

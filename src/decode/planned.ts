@@ -26,12 +26,12 @@ export function sparsePlanOptions(p: Pack, kind: DecoderKind, budget: number, o:
   const stagingNeurons = o.stagingNeurons ?? Math.min(2048, Math.max(256, Math.floor((0.01 * budget) / p.bundleBytes)));
   const pinGates = kind === "blocking" ? false : o.pinGates;
   const predictor = (o.predictor ?? "trained") === "trained";
-  return planOptions(p.config, { ...o, stagingNeurons, pinGates, predictor, readAheadNeurons: kind === "inline" ? o.readAhead : 0, readAheadMaxShare: o.readAhead !== undefined ? 1 : undefined });
+  return planOptions(p.config, { ...o, stagingNeurons, pinGates, predictor, readAheadNeurons: kind === "inline" ? o.readAhead : 0, readAheadMaxShare: o.readAhead !== undefined ? 1 : undefined, readAheadBundles: kind === "inline" && (o.readAhead ?? 0) > 0 });
 }
 
 /** The planner's view of `pack` opened with options `o`: its candidates' memory plans derived as the loader derives them (the knobs searched replace o's). */
 export function packPlannerInput(pack: Pack, o: OpenOptions): PlannerInput {
-  return plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { ...o, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead }), o.predictor ?? "trained");
+  return plannerInput(pack, (d, b, k) => sparsePlanOptions(pack, d, b, { ...o, pinGates: k.pinGates, hotShare: k.hotShare, clusterSize: k.clusterSize, readAhead: k.readAhead, coldKeep: k.coldKeep }), o.predictor ?? "trained");
 }
 
 /**
@@ -86,6 +86,7 @@ function explicitKnobs(o: OpenOptions): Partial<PlanKnobs> {
   if (o.hotShare !== undefined) k.hotShare = o.hotShare;
   if (o.clusterSize !== undefined) k.clusterSize = o.clusterSize;
   if (o.readAhead !== undefined) k.readAhead = o.readAhead;
+  if (o.coldKeep !== undefined) k.coldKeep = o.coldKeep;
   if (o.io?.queueDepth !== undefined) k.queueDepth = o.io.queueDepth;
   return k;
 }
@@ -126,6 +127,7 @@ export function planForLoad(pack: Pack, budget: number, o: OpenOptions): { plan?
     hotShare: k.hotShare,
     clusterSize: k.clusterSize,
     readAhead: k.decoder === "inline" ? k.readAhead : undefined,
+    coldKeep: k.coldKeep ?? 0,
     io: { ...o.io, queueDepth: k.queueDepth },
   };
   return { plan, options };

@@ -17,6 +17,8 @@
 // up+down) or when it is flagged (whole bundles: the gate row is needed for every flagged neuron).
 //
 //   hot region   the clusters with the most profiled firings, loaded at start and kept
+//   kept         (coldKept) the most-fired neurons outside the hot region, loaded at start and
+//                kept: never a miss (NeuronCache.preloadCold)
 //   cold region  one LRU list of single neurons (Che's approximation, Che, Tung & Wang 2002, for
 //                tokens as the time unit): the list holds a neuron while it was used within the
 //                last T tokens; T solves Σ_i P(used in the last T tokens) = cold slots, and an
@@ -142,6 +144,8 @@ export interface CacheShape {
   gatesPinned: boolean;
   /** LLMFlash's window (tokens), or undefined for the hot/cold cache. */
   window?: number;
+  /** Of the cold slots, those keeping the most-fired cold neurons for good (the rest are the LRU list); default 0. */
+  coldKept?: number;
 }
 
 export interface CacheForecast {
@@ -173,6 +177,17 @@ const bucketOf = (a: number) => Math.min(BUCKETS - 1, Math.max(0, Math.floor((Ma
 /** Bins of false-flag rates within a bucket of firing rates: 0, then 5 per decade from 1e-6 to 1. */
 const FLAG_BINS = 31;
 const flagBinOf = (f: number) => (f <= 0 ? 0 : 1 + Math.min(FLAG_BINS - 2, Math.max(0, Math.floor((Math.log10(Math.max(f, MIN_RATE)) + 6) * 5))));
+
+const firingOrder = new WeakMap<ProfileRates, Int32Array>();
+/** Every neuron (layer·nFF + position), most fired first; ties by layer, then position (computed once per rates). */
+function byFiring(r: ProfileRates): Int32Array {
+  let o = firingOrder.get(r);
+  if (!o) {
+    o = Int32Array.from({ length: r.fire.length }, (_, i) => i).sort((a, b) => r.fire[b]! - r.fire[a]! || a - b);
+    firingOrder.set(r, o);
+  }
+  return o;
+}
 
 /** Expected misses per token of a cache shape (see the file's comment for the model). */
 export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast {
@@ -213,6 +228,17 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     w.sort((a, b) => b.f - a.f || a.k - b.k);
     for (const { k } of w.slice(0, Math.floor(shape.hotSlots / C))) hot[k] = 1;
   }
+  // kept: the most-fired neurons outside the hot region (by firing rate, then layer and position, as the preload picks them)
+  const keptN = new Uint8Array(shape.coldKept && shape.window === undefined ? N : 0);
+  if (keptN.length) {
+    let left = shape.coldKept!;
+    for (const i of byFiring(r)) {
+      if (left === 0 || !(r.fire[i]! > 0)) break;
+      if (hot[Math.floor(i / nFF) * perLayer + Math.floor((i % nFF) / C)]) continue;
+      keptN[i] = 1;
+      left--;
+    }
+  }
   // cold candidates in buckets of similar firing and false-flag rates, per layer
   const bucketIndex = new Map<number, number>();
   const bucketOfNeuron = new Int32Array(N).fill(-1); // cold candidates' buckets (runs, below)
@@ -224,6 +250,7 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     for (let p = 0; p < nFF; p++) {
       if (hot[l * perLayer + Math.floor(p / C)]) continue;
       const i = l * nFF + p;
+      if (keptN[i]) continue;
       const x = r.fire[i]!;
       const f = falseFlag(l, i);
       if (!(access(x, f) > 0)) continue;
@@ -269,7 +296,7 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     return s;
   };
   let T = Infinity;
-  const cold = Math.max(0, shape.slots - shape.hotSlots);
+  const cold = Math.max(0, shape.slots - shape.hotSlots - (keptN.length ? shape.coldKept! : 0));
   const candidates = count.reduce((a, b) => a + b, 0);
   if (cold < candidates) {
     let lo = 0;

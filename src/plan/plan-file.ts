@@ -39,6 +39,8 @@ export function readPlanFile(path: string): ExecutionPlan {
   int("queueDepth", 1, 4096);
   if (typeof k.pinGates !== "boolean") throw bad(`knobs.pinGates is ${JSON.stringify(k.pinGates)}, expected true or false`);
   if (!(typeof k.hotShare === "number" && k.hotShare >= 0 && k.hotShare <= 1)) throw bad(`knobs.hotShare is ${JSON.stringify(k.hotShare)}, expected a number in [0, 1]`);
+  k.coldKeep ??= 0; // plans written before the knob
+  if (!(typeof k.coldKeep === "number" && k.coldKeep >= 0 && k.coldKeep < 1)) throw bad(`knobs.coldKeep is ${JSON.stringify(k.coldKeep)}, expected a number in [0, 1)`);
   if (p.limits?.memory !== null && !(typeof p.limits?.memory === "number" && p.limits.memory > 0)) throw bad(`limits.memory is ${JSON.stringify(p.limits?.memory)}, expected bytes or null`);
   if (typeof p.model?.fingerprint !== "string") throw bad(`no model.fingerprint`);
   return p;

@@ -61,6 +61,16 @@ export const AHEAD_SHARE = 0.45;
  * and not fired, 552 more misses); on another machine 54.5 → 61.8 MiB per token (+13%).
  */
 export const AHEAD_EXTRA_READS = 0.14;
+/**
+ * Reads ahead of whole bundles (no pinned gate rows) take the look-ahead's predicted neurons as
+ * they are, with no gate to filter them: this many more requests than the cache model's misses
+ * of flagged neurons. Measured: the 7B at half its FFN +2% (3,799 requests a token against
+ * 3,736 flagged neurons found absent without reads ahead), the default model at 30% and 50%
+ * +40% and +67% (its look-ahead is far less precise). 0.25: with it the planner reads whole
+ * bundles ahead on the 7B (measured 12.5–13.2 tok/s against 10.2–10.6 without) and not on the
+ * default model (where they read more than they save).
+ */
+export const AHEAD_EXTRA_BUNDLES = 0.25;
 
 /**
  * A decoder's own costs before `neuronpipe probe` has calibrated them on this machine: the
@@ -194,6 +204,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     clusterSize: plan.clusterSize,
     gatesPinned: plan.gatesPinned,
     window: blocking ? o.window : undefined,
+    coldKept: blocking ? 0 : plan.coldKept,
   });
   // per layer, each kind of read is one batch (gate blocks, then up+down blocks of those that
   // fire), submitted together and waited for: the time the probe measured for a batch of that
@@ -205,8 +216,10 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   // model's small batches fit 4–8, and charging it for only 32 requests a batch, as a device busy
   // with the rest would hide it, predicted 2.88 tok/s where 2.24 was measured: docs/benchmarks.md,
   // 2026-11-27 (afternoon))
-  // reads ahead (inline, pinned gate rows): the look-ahead's reads start early, and add some
-  const ahead = o.decoder === "inline" && o.readAhead && plan.gatesPinned;
+  // reads ahead (inline): the look-ahead's reads start early, and add some; with pinned gate rows
+  // they read the up+down blocks of neurons that will fire, else whole bundles of flagged ones
+  const ahead = o.decoder === "inline" && o.readAhead;
+  const bundlesAhead = ahead && !plan.gatesPinned;
   const upDownMisses = fc.upDownMisses.reduce((a, b) => a + b, 0);
   let throughput = 0;
   let batches = 0;
@@ -226,8 +239,13 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   const merged = (misses: number, requests: number, block: number, between: number) => {
     if (requests > 0) batch(requests, (misses * block + (misses - requests) * between) / requests);
   };
-  const aheadFactor = ahead ? 1 + AHEAD_EXTRA_READS : 1;
+  const aheadFactor = bundlesAhead ? 1 + AHEAD_EXTRA_BUNDLES : ahead ? 1 + AHEAD_EXTRA_READS : 1;
   for (let l = 0; l < nLayer; l++) {
+    if (bundlesAhead) {
+      // a flagged neuron found absent is read whole, its up+down along: runs of bundles
+      merged(fc.gateMisses[l]! * aheadFactor, fc.gateRequests[l]! * aheadFactor, pack.bundleBytes, 0);
+      continue;
+    }
     merged(fc.gateMisses[l]!, fc.gateRequests[l]!, pack.gateBlock, pack.upDownBlock);
     merged(fc.upDownMisses[l]! * aheadFactor, fc.upDownRequests[l]! * aheadFactor, pack.upDownBlock, pack.gateBlock);
     // the window cache's runs of bundles: fewer, longer requests
@@ -239,7 +257,8 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
   // computes the pinned gate rows of its flagged neurons that are not resident, and chooses
   // which to read (the decoder's cost per flagged neuron looked ahead)
   const missShare = fired > 0 ? (scale * upDownMisses) / fired : 0;
-  const lookAhead = ahead ? predictorPass + us(flagged * missShare * pack.gateBytes, rate(pack.gateType, "gather")) + (flagged * (cal.aheadNeuronNs ?? 0)) / 1e3 : 0;
+  const gateFilter = bundlesAhead ? 0 : us(flagged * missShare * pack.gateBytes, rate(pack.gateType, "gather"));
+  const lookAhead = ahead ? predictorPass + gateFilter + (flagged * (cal.aheadNeuronNs ?? 0)) / 1e3 : 0;
   const predictor = predictorPass + lookAhead;
   const compute = attention + predictor + gate + upDown + output;
   // only reads ahead hide, and of them the device's time, not the calling thread's own cost per
@@ -267,7 +286,7 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     total,
     tokPerSec: 1e6 / total,
     bottleneck,
-    readsPerToken: scale * (fc.requestsPerToken + (ahead ? AHEAD_EXTRA_READS * fc.upDownRequests.reduce((a, b) => a + b, 0) : 0)),
+    readsPerToken: scale * (bundlesAhead ? aheadFactor * fc.gateRequests.reduce((a, b) => a + b, 0) : fc.requestsPerToken + (ahead ? AHEAD_EXTRA_READS * fc.upDownRequests.reduce((a, b) => a + b, 0) : 0)),
     readBytesPerToken: readBytes,
     flagged,
     fired,

@@ -101,7 +101,10 @@ export class NeuronCache {
   private readonly slotOf: Int32Array; // (nLayer*nFF) slot of (layer, pack position) or -1
   private readonly state: Uint8Array; // (nLayer*nFF) NONE | GATE | FULL
   private readonly owner: Int32Array; // (slots) neuron (layer*nFF + p) held, or -1
-  private readonly lru: SlotLru; // cold slots, most recent at head (prev/next tables in native memory)
+  private readonly lru: SlotLru; // cold slots but the kept ones, most recent at head (prev/next tables in native memory)
+  private readonly kept: Uint8Array; // (slots) 1: a kept cold slot (plan.coldKept), never in the LRU
+  /** Cold slots in the LRU list: the cold region but the kept slots. */
+  private lruSlots: number;
   private readonly frameOf: Int32Array; // (nLayer*nFF/C) frame of a cluster or -1
   private readonly frameOwner: Int32Array; // (hotFrames) cluster held or -1
   private readonly frameUse: Int32Array; // (hotFrames) tick of last use
@@ -186,6 +189,8 @@ export class NeuronCache {
       this.hotLimit[l] = plan.ffnResident >= 1 ? nFF : F > 0 ? Math.min(nFF, Math.ceil(pack.layers[l]!.hotCount / this.C) * this.C) : 0;
     }
     this.stats = Array.from({ length: nLayer }, emptyCacheStats);
+    this.kept = new Uint8Array(plan.coldKept > 0 ? S : 0);
+    this.lruSlots = plan.coldSlots;
   }
 
   /** Native buffers the cache holds (memory accounting). */
@@ -284,6 +289,13 @@ export class NeuronCache {
     }
     end();
     this.flush();
+    // the most fired of them stay for good: out of the LRU list
+    for (const { l, p } of cand.slice(0, Math.min(this.plan.coldKept, chosen.length))) {
+      const s = this.slotOf[l * this.nFF + p]!;
+      this.kept[s] = 1;
+      this.lru.unlink(s);
+      this.lruSlots--;
+    }
   }
 
   /**
@@ -300,14 +312,14 @@ export class NeuronCache {
     if (!this.reads.isDeferred) this.beginLease(tick);
     this.reads.phase = "gate";
     this.reads.layer = layer;
-    const coldCap = this.plan.coldSlots;
+    const coldCap = this.lruSlots;
     const frameCap = this.plan.hotFrames;
     let i = start;
     if (this.pinned) {
       // every gate row is resident; a neuron without up+down may fire and need a cold slot in
       // this lease, so the chunk ends where the cold region could not hold them all
       // (locals: this loop runs for every predicted neuron of a layer, on the scheduler's critical path)
-      const { slotOf, lru, frameUse, C } = this;
+      const { slotOf, lru, frameUse, C, kept } = this;
       const hotSlots = this.plan.hotSlots;
       // slots held by reads ahead in flight are not this lease's; with none left, wait for them
       if (this.aheadPending > 0 && this.coldUsed >= coldCap - this.aheadPending) this.settle();
@@ -316,12 +328,12 @@ export class NeuronCache {
       for (; i < end; i++) {
         const g = base + positions[i]!;
         const s = slotOf[g]!;
-        if (s < 0 || s >= hotSlots) {
-          // cold (resident or not): its slot must not be evicted before this lease ends
+        if ((s < 0 || s >= hotSlots) && !kept[s]) {
+          // cold (resident or not) and not kept: its slot must not be evicted before this lease ends
           if (used >= cap) break;
           used++;
           if (s >= 0) lru.touch(s); // at the head: evictions in this lease take other slots
-        } else frameUse[(s / C) | 0] = tick;
+        } else if (s < hotSlots) frameUse[(s / C) | 0] = tick;
         slotsOut[i - start] = g;
       }
       this.coldUsed = used;
@@ -329,7 +341,10 @@ export class NeuronCache {
       st.gateHits += i - start;
       return i;
     }
-    this.settle();
+    // reads ahead of later layers stay in flight: their slots are not this lease's
+    this.settleLayer(layer);
+    if (this.aheadPending > 0 && this.coldUsed >= coldCap - this.aheadPending) this.settle();
+    const cap = coldCap - this.aheadPending;
     for (; i < end; i++) {
       const p = positions[i]!;
       const g = base + p;
@@ -343,11 +358,14 @@ export class NeuronCache {
         if (f < 0 || this.frameUse[f]! < this.leaseTick) {
           if (this.framesUsed === frameCap) break;
           this.framesUsed++;
-          if (f < 0) f = this.loadCluster(layer, (p / this.C) | 0);
+          if (f < 0) {
+            this.settle(); // a cluster load gives cold slots back: none may still be landing
+            f = this.loadCluster(layer, (p / this.C) | 0);
+          }
           this.frameUse[f] = tick;
         }
-      } else {
-        if (this.coldUsed === coldCap) break;
+      } else if (this.kept[this.slotOf[g]!] !== 1) {
+        if (this.coldUsed >= cap) break;
         this.coldUsed++;
         let s = this.slotOf[g]!;
         if (s < 0) {
@@ -386,7 +404,7 @@ export class NeuronCache {
       if (this.state[g] === FULL) {
         st.upDownHits++;
         if (ahead?.delete(g)) st.aheadUsed++;
-        if (this.pinned && s >= this.plan.hotSlots) this.lru.touch(s);
+        if (this.pinned && s >= this.plan.hotSlots && !this.kept[s]) this.lru.touch(s);
         // a compute worker may be reading the resident ones' entries right now: write only what changes
         if (slotsOut[k] !== s) slotsOut[k] = s;
         continue;
@@ -412,7 +430,7 @@ export class NeuronCache {
     for (let k = 0; k < count; k++) {
       const g = base + positions[k]!;
       const s = this.slotOf[g]!;
-      if (s >= this.plan.hotSlots && this.state[g] === GATE) this.lru.demote(s);
+      if (s >= this.plan.hotSlots && this.state[g] === GATE && !this.kept[s]) this.lru.demote(s);
     }
   }
 
@@ -487,7 +505,10 @@ export class NeuronCache {
       const b = this.slotBatch[s]!;
       if (b === 0 || !failed(b)) continue;
       if (s < this.plan.hotSlots) this.dropFrame(Math.floor(s / this.C));
-      else this.dropCold(s);
+      else {
+        this.dropCold(s);
+        if (this.kept[s]) this.unkeep(s);
+      }
     }
   }
 
@@ -537,43 +558,45 @@ export class NeuronCache {
   }
 
   /**
-   * Start reading, in the background, the up+down rows of the neurons (layer, positions[0..count))
-   * that are not resident (pinned gates only; the inline decoder calls it with a later layer's
-   * likely-firing neurons while this layer computes). Each takes a cold slot and is resident
-   * (state FULL) from now on. Until its batch is settled the slot is protected: leases may use
-   * only the cold slots no batch in flight holds, and every operation that could reuse a slot
-   * otherwise (cluster loads, preload, the pipeline's modes) settles every batch first. At most
-   * `batches` batches in flight, each at most readAheadNeurons / batches neurons and its own share
-   * of the staging. Call between leases (after the computation of what the last loads brought):
-   * it starts a new one. A run of adjacent positions is one request. Returns the neurons it
-   * started reading.
+   * Start reading, in the background, the neurons (layer, positions[0..count)) that are not
+   * resident: their up+down blocks with pinned gate rows, else their whole bundles (the inline
+   * decoder calls it with a later layer's likely-firing neurons while this layer computes). Each
+   * takes a cold slot and is resident (state FULL) from now on. Until its batch is settled the
+   * slot is protected: leases may use only the cold slots no batch in flight holds, and every
+   * operation that could reuse a slot otherwise (cluster loads, preload, the pipeline's modes)
+   * settles every batch first. At most `batches` batches in flight, each at most
+   * readAheadNeurons / batches neurons and its own share of the staging. Call between leases
+   * (after the computation of what the last loads brought): it starts a new one. A run of
+   * adjacent positions is one request. Returns the neurons it started reading.
    */
   readAhead(layer: number, positions: Int32Array, count: number, batches = 1): number {
-    if (!this.pinned || this.aheadStaging < 0 || this.loader.aheadId < 0 || this.reads.isDeferred) return 0;
+    if (this.aheadStaging < 0 || this.loader.aheadId < 0 || this.reads.isDeferred) return 0;
     while (this.ahead.length >= batches) this.settleOne();
     this.beginLease();
     const base = layer * this.nFF;
-    const B = this.pack.upDownBlock;
-    const ud = this.pack.upBytes + this.pack.downBytes;
+    const pinned = this.pinned;
+    const bundle = this.pack.bundleBytes;
+    const within = pinned ? this.pack.gateBlock : 0; // where a neuron's read starts in its bundle
+    const B = pinned ? this.pack.upDownBlock : bundle; // and its length
     const cap = Math.floor(this.plan.readAheadBytes / batches / B);
     const at = (this.aheadSeq % batches) * cap * B; // this batch's share of the staging
-    // reads ahead hold at most half the cold region, so a lease always has room
-    const limit = Math.floor(this.plan.coldSlots / 2) - this.aheadPending;
+    // reads ahead hold at most half the LRU list, so a lease always has room
+    const limit = Math.floor(this.lruSlots / 2) - this.aheadPending;
     const m = Math.min(cap, count);
     const reqs = new Float64Array(4 * m);
-    const copies = new Float64Array(3 * m);
+    const copies = new Float64Array(3 * (pinned ? 1 : 2) * m);
     const neurons = new Set<number>();
     const share = cap * B; // staging bytes of this batch
-    const bundle = this.pack.bundleBytes;
     let n = 0; // neurons
-    let r = 0; // requests: a run of adjacent positions is one (its gate blocks come along unused)
+    let c = 0; // numbers in copies
+    let r = 0; // requests: a run of adjacent positions is one (pinned: its gate blocks come along unused)
     let used = 0; // staging bytes the closed requests and the open one take
     let p0 = -2; // first and last position of the open request
     let pLast = -2;
     for (let k = 0; k < count && n < limit; k++) {
       const p = positions[k]!;
       const g = base + p;
-      if (this.state[g] === FULL) continue;
+      if (pinned ? this.state[g] === FULL : this.slotOf[g]! >= 0) continue;
       const grows = r > 0 && p === pLast + 1 && used + bundle <= share;
       if (!grows && used + B > share) break;
       const s = this.takeColdSlot(g);
@@ -583,17 +606,22 @@ export class NeuronCache {
         used += bundle;
         pLast = p;
       } else {
-        reqs.set([this.bundleOffset(layer, p) + this.pack.gateBlock, B, this.aheadStaging, at + used], 4 * r);
+        reqs.set([this.bundleOffset(layer, p) + within, B, this.aheadStaging, at + used], 4 * r);
         r++;
         used += B;
         p0 = pLast = p;
       }
-      copies.set([s * this.slotBytes + this.upOffset, reqs[4 * (r - 1) + 3]! + (p - p0) * bundle, ud], 3 * n);
+      // the neuron's bundle starts `within` bytes before its read would if it began a request
+      const bundleAt = reqs[4 * (r - 1) + 3]! + (p - p0) * bundle - within;
+      for (const cp of this.bundleCopies(s, bundleAt)) {
+        copies.set(cp, c);
+        c += 3;
+      }
       neurons.add(g);
       n++;
     }
     if (n === 0) return 0;
-    const ticket = this.n.readBatchStart(this.loader.aheadId, reqs.subarray(0, 4 * r), this.arena, this.aheadStaging, copies.subarray(0, 3 * n));
+    const ticket = this.n.readBatchStart(this.loader.aheadId, reqs.subarray(0, 4 * r), this.arena, this.aheadStaging, copies.subarray(0, c));
     this.aheadSeq++;
     this.ahead.push({ ticket, layer, neurons, reads: r });
     this.aheadPending += n;
@@ -698,6 +726,13 @@ export class NeuronCache {
     }
   }
 
+  /** Kept cold slot s joins the LRU list at its tail (evicted first). */
+  private unkeep(s: number): void {
+    this.kept[s] = 0;
+    this.lru.pushTail(s);
+    this.lruSlots++;
+  }
+
   /** Empty cold slot s (it stays where it is in the LRU order). */
   private dropCold(s: number): void {
     const old = this.owner[s]!;
@@ -732,7 +767,8 @@ export class NeuronCache {
       const s = this.slotOf[cl * this.C + i]!;
       if (s >= 0) {
         this.owner[s] = -1;
-        this.lru.demote(s);
+        if (this.kept[s]) this.unkeep(s);
+        else this.lru.demote(s);
       }
     }
     const B = this.pack.bundleBytes;

@@ -9,8 +9,9 @@
 //   down      o += Σ_k h[k] · W_down[:, A[k]]   (k ascending in pack order)
 //   residual  x += o                                                   (model/forward.ts addFfnOutput)
 //
-//   lookAhead (reads ahead, pinned gates) the next layer's likely-firing neurons not resident:
-//             x' = x + o, x̂' = ffn_norm'(x'), P' = predictor'(x̂'), of P' the gate rows positive on x̂'
+//   lookAhead (reads ahead) the next layer's likely-firing neurons not resident:
+//             x' = x + o, x̂' = ffn_norm'(x'), P' = predictor'(x̂'), of P' (pinned gate rows) those
+//             whose gate row is positive on x̂'
 //
 // Which rows are resident (and reading the rest) is the caller's business: the neuron cache
 // says where each row is (slots), the steps only compute. Ranges of P and A are processed in
@@ -128,9 +129,9 @@ export class FfnSteps {
    * The neurons of layer `next` likely to fire, as known when this layer's down is done: x' = x + o
    * (the next layer's residual before its attention), x̂' = rmsnorm(x') with the next layer's
    * ffn_norm, P' = the next layer's predictor on x̂' (every neuron with the oracle), and of P'
-   * those not resident whose pinned gate row is positive on x̂'. They go to aPos[0..), ascending;
-   * returns how many. Overwrites P, slots, scores and gate: call after this layer's down.
-   * Needs pinned gate rows (row = next·nFF + p).
+   * those not resident: with pinned gate rows (row = next·nFF + p) those whose gate row is
+   * positive on x̂', else all of them (their gate rows are read too). They go to aPos[0..),
+   * ascending; returns how many. Overwrites P, slots, scores and gate: call after this layer's down.
    */
   lookAhead(next: number, t: TokenRows, ffnNorm: { buf: number; off: number }, eps: number, oracle: boolean): number {
     const { L, P, slots, aPos, gateV, slotTable } = this;
@@ -146,6 +147,10 @@ export class FfnSteps {
       if (slotTable[g]! < 0) slots[m++] = g;
     }
     if (m === 0) return 0;
+    if (!L.pinned) {
+      for (let k = 0; k < m; k++) aPos[k] = slots[k]! - base;
+      return m;
+    }
     const gr = L.gateRows;
     n.matvecRows(L.gateType, gr.buf, 0, gr.rows, L.dim, L.scratch, o.slots, m, L.scratch, o.aheadXb, L.scratch, o.gate, gr.stride);
     let c = 0;

@@ -1,0 +1,99 @@
+// Kept cold neurons (PlanOptions.coldKeep): the cold region keeps the most-fired cold neurons of
+// the profile for good and runs its LRU over the other slots. Checked against the pack's own
+// counts read independently (which neurons are kept), against the pack file (their bytes), after
+// a decode that churns the LRU (they are still there), and against the dense engine (the tokens).
+import { closeSync, openSync, readSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import { loadModel } from "../../src/api/model.js";
+import { loadSparseModel } from "../../src/api/model.js";
+import { native } from "../../src/native.js";
+import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
+import { openPack } from "../../src/sparse/pack/open.js";
+import { defaultModel, scratchDefaultPack } from "../helpers/default-pack.js";
+
+const { packPath } = scratchDefaultPack("np-cold-keep-");
+const ctx = 128;
+
+function fileBytes(path: string, off: number, len: number): Uint8Array {
+  const fd = openSync(path, "r");
+  try {
+    const b = new Uint8Array(len);
+    readSync(fd, b, 0, len, off);
+    return b;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+async function tokens(path: string, o: Parameters<typeof loadModel>[1], n: number): Promise<number[]> {
+  const m = await loadModel(path, o);
+  try {
+    const s = m.createSession({ contextSize: ctx });
+    const ids: number[] = [];
+    for await (const p of s.generate("The whale", { maxTokens: n, temperature: 0 })) if (p.token >= 0) ids.push(p.token);
+    s.dispose();
+    return ids;
+  } finally {
+    m.dispose();
+  }
+}
+
+describe("kept cold neurons", () => {
+  it("the plan keeps a share of the cold region, leaving the LRU room for a staging batch and the reads ahead", () => {
+    const pack = openPack(packPath);
+    const opts = (coldKeep: number, readAheadNeurons = 0) => planOptions(pack.config, { contextSize: ctx, predictor: true, pinGates: false, coldKeep, readAheadNeurons, readAheadBundles: readAheadNeurons > 0, readAheadMaxShare: 1 });
+    const memory = budgetForFfnFraction(pack, 0.5, opts(0));
+    expect(planMemory(pack, memory, opts(0)).coldKept).toBe(0);
+    const p = planMemory(pack, memory, opts(0.5));
+    expect(p.coldKept).toBe(Math.floor(p.coldSlots * 0.5));
+    const all = planMemory(pack, memory, opts(0.999, 64));
+    expect(all.readAheadBytes).toBeGreaterThan(0);
+    expect(all.coldSlots - all.coldKept).toBe(all.options.stagingNeurons + 2 * 64);
+  });
+
+  for (const pinGates of [false, true]) {
+    it(`gate rows pinned: ${pinGates}: the kept neurons are the most-fired cold ones by the pack's counts, hold their bytes, and stay through a decode; the tokens are the dense engine's`, async () => {
+      const pack = openPack(packPath);
+      const { nLayer, nFF } = pack.config;
+      // pinned gate rows take a third of the FFN's bytes: a budget above them
+      const memory = budgetForFfnFraction(pack, 0.55, planOptions(pack.config, { contextSize: ctx, predictor: false }));
+      const o = { memory, predictor: "oracle", decoder: "inline", contextSize: ctx, pinGates, readAhead: 0, coldKeep: 0.9 } as const;
+      const m = await loadSparseModel(packPath, o);
+      try {
+        const { cache, plan } = m.sparse!;
+        expect(cache.pinned).toBe(pinGates);
+        expect(plan.coldKept).toBeGreaterThan(0);
+        // the expected set: positions past each layer's hot limit with a firing count, most fired
+        // first (ties: layer, then position), the first coldKept of them
+        const cand: { g: number; c: number }[] = [];
+        for (let l = 0; l < nLayer; l++) {
+          const counts = pack.layers[l]!.counts;
+          for (let p = cache.hotLimit[l]!; p < nFF; p++) if (counts[p]! > 0) cand.push({ g: l * nFF + p, c: counts[p]! });
+        }
+        cand.sort((a, b) => b.c - a.c || a.g - b.g);
+        const kept = cand.slice(0, plan.coldKept).map((x) => x.g);
+        expect(kept.length).toBe(plan.coldKept);
+        const session = m.createSession({ contextSize: ctx });
+        const ids: number[] = [];
+        for await (const t of session.generate("The whale", { maxTokens: 24, temperature: 0 })) if (t.token >= 0) ids.push(t.token);
+        session.dispose();
+        // the LRU went round: it read more neurons than it has slots
+        const reads = cache.stats.reduce((a, s) => a + s.upDownAccesses - s.upDownHits + s.gateAccesses - s.gateHits, 0);
+        expect(reads).toBeGreaterThan(plan.coldSlots - plan.coldKept);
+        const n = native();
+        const ud = pack.upBytes + pack.downBytes;
+        for (const g of kept) {
+          expect(cache.holdsWhole(g), `neuron ${g}`).toBe(true);
+        }
+        for (const g of kept.filter((_, i) => i % 97 === 0)) {
+          const s = cache.slotOfNeuron(g);
+          const at = pack.layers[Math.floor(g / nFF)]!.bundlesOffset + (g % nFF) * pack.bundleBytes;
+          expect(Buffer.from(n.viewU8(cache.arena, s * cache.slotBytes + cache.upOffset, ud)).equals(fileBytes(packPath, at + pack.gateBlock, ud)), `neuron ${g}`).toBe(true);
+        }
+        expect(ids).toEqual(await tokens(defaultModel, { contextSize: ctx }, 24));
+      } finally {
+        await m[Symbol.asyncDispose]();
+      }
+    }, 120_000);
+  }
+});
