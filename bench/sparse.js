@@ -28,8 +28,8 @@
 //            from the tokens it produced by then)
 //            --prebuilt-limited (also run the repacking prebuilt in the cgroup: it is known to
 //            produce no token there, so it is off by default)
-//            --only ID,ID (run only these: pipeline blocking sync pipeline-cached-gates sync-cached-gates
-//            pipeline-resident sync-resident dense llama-prebuilt llama-norepack mmap-limited
+//            --only ID,ID (run only these: pipeline blocking sync pipeline-cached-gates sync-no-ahead
+//            sync-pinned-gates sync-lru pipeline-resident sync-resident dense llama-prebuilt llama-norepack mmap-limited
 //            llama-norepack-limited llama-prebuilt-limited; writes to --out only if given)
 //            --no-evict (skip the eviction: shows how cached pages escape the limit; flagged)
 //            --lock FILE (hold an flock on FILE during each child and its eviction, so other
@@ -97,6 +97,7 @@ const { values: v } = parseArgs({
     peer: { type: "string" },
     "pin-gates": { type: "string" },
     "read-ahead": { type: "string" },
+    "cold-keep": { type: "string" },
     svg: { type: "string" },
     prepare: { type: "boolean", default: false },
     "cofire-group": { type: "string" },
@@ -297,9 +298,10 @@ async function childNeuronpipe() {
   const t0 = performance.now();
   const pinGates = v["pin-gates"] === undefined ? undefined : v["pin-gates"] === "true" ? true : v["pin-gates"] === "false" ? false : "auto";
   const readAhead = v["read-ahead"] === undefined ? undefined : Number(v["read-ahead"]);
+  const coldKeep = v["cold-keep"] === undefined ? undefined : Number(v["cold-keep"]);
   // no --budget: the whole pack resident, as `generate` without --memory
   const budget = v.budget === undefined ? undefined : Number(v.budget);
-  const model = await np.loadSparseModel(v.model, { ...(budget !== undefined && { memory: budget }), threads, contextSize: ctx, decoder: engine === "sync" ? "inline" : engine, pinGates, readAhead });
+  const model = await np.loadSparseModel(v.model, { ...(budget !== undefined && { memory: budget }), threads, contextSize: ctx, decoder: engine === "sync" ? "inline" : engine, pinGates, readAhead, coldKeep });
   const loadSeconds = (performance.now() - t0) / 1000;
   log(`neuronpipe (${engine}): loaded in ${loadSeconds.toFixed(1)} s\n${model.sparse.describe()}\n${model.decoder.describe()}`);
   const s = model.createSession();
@@ -605,7 +607,10 @@ const plan = [
   // ablation: the same pipeline with gate rows cached, not pinned (what the pinned rows are worth)
   ["pipeline-cached-gates", `neuronpipe pipeline, gate rows cached (pinGates false), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "pipeline", "--pin-gates", "false"]],
   ["sync-no-ahead", `neuronpipe sync without reads ahead (--read-ahead 0), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "sync", "--read-ahead", "0"]],
-  ["sync-cached-gates", `neuronpipe sync, gate rows cached (pinGates false), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "sync", "--pin-gates", "false"]],
+  // ablations of the inline decoder's plan: gate rows pinned (what the plan chose before whole
+  // bundles could be read ahead), and the cold region all LRU (nothing kept)
+  ["sync-pinned-gates", `neuronpipe sync, gate rows pinned (pinGates true), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "sync", "--pin-gates", "true"]],
+  ["sync-lru", `neuronpipe sync, the cold region all LRU (coldKeep 0), --memory ${fmt(budget)}`, "neuronpipe", [...budgetArgs, "--engine", "sync", "--cold-keep", "0"]],
   // no budget: the whole pack resident (a budget sized for the whole FFN in bundles held 99.1% of
   // it with pinned gate rows, and the missing 0.9% cost 14 synchronous reads, 2.5 ms, a token)
   ["pipeline-resident", "neuronpipe pipeline, whole FFN resident (sparse, no I/O)", "neuronpipe", ["--model", pack, "--engine", "pipeline"]],
