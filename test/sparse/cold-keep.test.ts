@@ -2,28 +2,16 @@
 // the profile for good and runs its LRU over the other slots. Checked against the pack's own
 // counts read independently (which neurons are kept), against the pack file (their bytes), after
 // a decode that churns the LRU (they are still there), and against the dense engine (the tokens).
-import { closeSync, openSync, readSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { loadModel } from "../../src/api/model.js";
-import { loadSparseModel } from "../../src/api/model.js";
+import { loadModel, loadSparseModel } from "../../src/api/model.js";
 import { native } from "../../src/native.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { defaultModel, scratchDefaultPack } from "../helpers/default-pack.js";
+import { fileBytes } from "../helpers/file-bytes.js";
 
 const { packPath } = scratchDefaultPack("np-cold-keep-");
 const ctx = 128;
-
-function fileBytes(path: string, off: number, len: number): Uint8Array {
-  const fd = openSync(path, "r");
-  try {
-    const b = new Uint8Array(len);
-    readSync(fd, b, 0, len, off);
-    return b;
-  } finally {
-    closeSync(fd);
-  }
-}
 
 async function tokens(path: string, o: Parameters<typeof loadModel>[1], n: number): Promise<number[]> {
   const m = await loadModel(path, o);

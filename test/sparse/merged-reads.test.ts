@@ -3,27 +3,16 @@
 // land in each slot against the pack file read with node:fs — with gate rows pinned (up+down
 // blocks, the gate blocks between them read along unused) and without (gate blocks). The same
 // for reads ahead (readAhead): up+down blocks with pinned gate rows, whole bundles without.
-import { closeSync, openSync, readSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { loadSparseModel } from "../../src/api/model.js";
 import { native } from "../../src/native.js";
 import { budgetForFfnFraction, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { scratchDefaultPack } from "../helpers/default-pack.js";
+import { fileBytes } from "../helpers/file-bytes.js";
 
 const { packPath } = scratchDefaultPack("np-merged-reads-");
 const ctx = 64;
-
-function fileBytes(path: string, off: number, len: number): Uint8Array {
-  const fd = openSync(path, "r");
-  try {
-    const b = new Uint8Array(len);
-    readSync(fd, b, 0, len, off);
-    return b;
-  } finally {
-    closeSync(fd);
-  }
-}
 
 describe.each([true, false])("gate rows pinned: %s", (pinGates) => {
   it("adjacent misses share a request; every slot holds its neuron's bytes from the file", async () => {
