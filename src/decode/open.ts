@@ -27,7 +27,7 @@ export type { OpenOptions };
 export const DEFAULT_DECODER = { plain: "dense", pack: "inline" } as const satisfies Record<string, DecoderKind>;
 
 /** Options that only a neuron pack takes. */
-export const PACK_ONLY_OPTIONS = ["memory", "predictor", "io", "clusterSize", "hotShare", "clusterAdmit", "stagingNeurons", "pinGates", "readAhead", "pipeline"] as const;
+export const PACK_ONLY_OPTIONS = ["memory", "predictor", "io", "clusterSize", "hotShare", "clusterAdmit", "stagingNeurons", "pinGates", "readAhead", "coldKeep", "pipeline"] as const;
 
 /** A model file, opened: what Model wraps. */
 export interface OpenedModel {
@@ -73,6 +73,10 @@ export function resolveDecoder(path: string, pack: boolean, o: OpenOptions): Dec
   if (o.readAhead !== undefined) {
     if (!(Number.isInteger(o.readAhead) && o.readAhead >= 0 && o.readAhead <= 65536)) throw new RangeError(`readAhead must be a whole number of neurons in [0, 65536], got ${o.readAhead}`);
     if (kind !== "inline") throw new RangeError(`readAhead applies to the inline decoder, not ${kind} (the pipeline overlaps its reads on the I/O worker)`);
+  }
+  if (o.coldKeep !== undefined) {
+    if (!(typeof o.coldKeep === "number" && o.coldKeep >= 0 && o.coldKeep < 1)) throw new RangeError(`coldKeep must be a share of the cold region in [0, 1), got ${String(o.coldKeep)}`);
+    if (kind === "blocking") throw new RangeError("coldKeep: the blocking decoder (LLMFlash) has a window cache, no cold region to keep");
   }
   if (o.pipeline !== undefined && kind !== "pipeline" && kind !== "blocking") throw new RangeError(`pipeline options apply to the pipeline and blocking decoders, not ${kind}`);
   return kind;

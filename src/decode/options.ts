@@ -40,7 +40,7 @@ export interface OpenOptions {
   stagingNeurons?: number;
   /** Keep every gate row resident and cache up+down only: true, false, or "auto" (default: when the gate rows take ≤ 75% of the neuron cache; never in the blocking decoder, whose LLMFlash cache holds whole bundles). */
   pinGates?: boolean | "auto";
-  /** Neurons per batch of reads ahead (inline decoder with pinned gates: the next layer's likely-firing neurons are read in the background while this layer computes); default min(1024, n_ff/8) when that staging is at most 5% of the up+down cache (on a small model it would cost more hits than reading ahead saves), else none; given explicitly it is used whatever its share; 0 turns reads ahead off. */
+  /** Neurons per batch of reads ahead (inline decoder: the next layers' likely-firing neurons are read in the background while this layer computes — up+down rows with pinned gate rows, else whole bundles); default: the plan's, or without a plan min(1024, n_ff/8) up+down blocks with pinned gate rows when that staging is at most 5% of the up+down cache (on a small model it would cost more hits than reading ahead saves), else none; given explicitly it is used whatever its share; 0 turns reads ahead off. */
   readAhead?: number;
   /** Share of the cold region that keeps the most-fired cold neurons (by the profile) for good, loaded at start; the rest is the LRU list misses go through (default 0: all LRU). */
   coldKeep?: number;

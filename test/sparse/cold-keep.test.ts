@@ -39,6 +39,16 @@ describe("kept cold neurons", () => {
     expect(all.coldSlots - all.coldKept).toBe(all.options.stagingNeurons + 2 * 64);
   });
 
+  it("a bad coldKeep is refused by name; the blocking decoder has no cold region to keep", async () => {
+    const pack = openPack(packPath);
+    const memory = budgetForFfnFraction(pack, 0.5, planOptions(pack.config, { contextSize: ctx, predictor: true }));
+    for (const coldKeep of [1, -0.1, Number.NaN]) {
+      await expect(loadSparseModel(packPath, { memory, contextSize: ctx, coldKeep })).rejects.toThrow(`coldKeep must be a share of the cold region in [0, 1), got ${coldKeep}`);
+    }
+    await expect(loadSparseModel(packPath, { memory, contextSize: ctx, decoder: "blocking", coldKeep: 0.5 })).rejects.toThrow("coldKeep: the blocking decoder (LLMFlash) has a window cache, no cold region to keep");
+    await expect(loadModel(defaultModel, { coldKeep: 0.5 })).rejects.toThrow(`coldKeep needs a neuron pack, and ${defaultModel} is a plain model`);
+  });
+
   for (const pinGates of [false, true]) {
     it(`gate rows pinned: ${pinGates}: the kept neurons are the most-fired cold ones by the pack's counts, hold their bytes, and stay through a decode; the tokens are the dense engine's`, async () => {
       const pack = openPack(packPath);
