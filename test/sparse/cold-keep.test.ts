@@ -71,6 +71,9 @@ describe("kept cold neurons", () => {
         cand.sort((a, b) => b.c - a.c || a.g - b.g);
         const kept = cand.slice(0, plan.coldKept).map((x) => x.g);
         expect(kept.length).toBe(plan.coldKept);
+        // the others the load put in the cold region (the next most fired): the LRU's to evict
+        const others = cand.slice(plan.coldKept, plan.coldSlots).map((x) => x.g);
+        expect(others.every((g) => cache.holdsWhole(g))).toBe(true);
         const session = m.createSession({ contextSize: ctx });
         const ids: number[] = [];
         for await (const t of session.generate("The whale", { maxTokens: 24, temperature: 0 })) if (t.token >= 0) ids.push(t.token);
@@ -83,6 +86,8 @@ describe("kept cold neurons", () => {
         for (const g of kept) {
           expect(cache.holdsWhole(g), `neuron ${g}`).toBe(true);
         }
+        // while the LRU did evict what it held at the start
+        expect(others.filter((g) => !cache.holdsWhole(g)).length).toBeGreaterThan(0);
         for (const g of kept.filter((_, i) => i % 97 === 0)) {
           const s = cache.slotOfNeuron(g);
           const at = pack.layers[Math.floor(g / nFF)]!.bundlesOffset + (g % nFF) * pack.bundleBytes;
