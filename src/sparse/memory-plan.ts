@@ -186,8 +186,6 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
   const totalNeurons = cfg.nLayer * cfg.nFF;
   const C = clusterSizeFor(cfg.nFF, opts.clusterSize);
   const stagingBytes = Math.max(opts.stagingNeurons, C) * pack.bundleBytes;
-  // reads ahead of up+down blocks (pinned gate rows) or of whole bundles: their staging is taken from the cache
-  const aheadIfPinned = opts.readAheadNeurons > 0 ? pageRound(opts.readAheadNeurons * pack.upDownBlock) : 0;
   const fixed = {
     weights: pageRound(Math.max(1, fixedLayout(pack).bytes)) + normCopyBytes(pack),
     predictors: opts.predictor ? pageRound(predictorBytes(pack)) : 0,
@@ -205,9 +203,9 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
   const gateAll = pageRound(totalNeurons * gateRowBytes);
   let cacheBytes = budget - fixedNoTables - tableBytes(pack, 0, 0, C) - PAGE * 2;
   const udSlot = upDownSlotBytesOf(pack);
-  // pinned gate rows, and `extra` bytes beside them, leave room for the smallest up+down cache
-  const pinnedFits = (extra: number) => cacheBytes - extra - gateAll >= minSlots * udSlot + tableBytes(pack, minSlots, 1, C);
-  const pinFits = pinnedFits(0);
+  // `extra` bytes (and pinned gate rows) leave room for the smallest cache of that layout
+  const cacheFits = (extra: number, pinned: boolean) => cacheBytes - extra - (pinned ? gateAll : 0) >= minSlots * (pinned ? udSlot : fullSlot) + tableBytes(pack, minSlots, 1, C);
+  const pinFits = cacheFits(0, true);
   const wholeFits = fixedNoTables + tableBytes(pack, totalNeurons, totalNeurons / C, C) + pageRound(totalNeurons * fullSlot) <= budget;
   if (opts.pinGates === true && !pinFits) {
     throw new RangeError(
@@ -215,17 +213,13 @@ export function planMemory(pack: Pack, budget: number, opts: PlanOptions): Memor
     );
   }
   const gatesPinned = opts.pinGates === true || (opts.pinGates === "auto" && pinFits && !wholeFits && gateAll <= opts.pinGatesShare * cacheBytes);
-  // reads ahead are worth their staging only when it is a small share of the neuron cache (and
-  // the smallest cache still fits beside it); with gate rows pinned they read up+down blocks,
-  // else whole bundles
-  const aheadWhole = opts.readAheadNeurons > 0 ? pageRound(opts.readAheadNeurons * pack.bundleBytes) : 0;
-  const readAheadBytes = gatesPinned
-    ? pinnedFits(aheadIfPinned) && aheadIfPinned <= opts.readAheadMaxShare * (cacheBytes - gateAll)
-      ? aheadIfPinned
-      : 0
-    : opts.readAheadBundles && !wholeFits && aheadWhole > 0 && cacheBytes - aheadWhole >= minSlots * fullSlot + tableBytes(pack, minSlots, 1, C) && aheadWhole <= opts.readAheadMaxShare * cacheBytes
-      ? aheadWhole
-      : 0;
+  // reads ahead: up+down blocks with gate rows pinned, whole bundles when asked for (and the
+  // whole FFN does not fit); their staging is taken from the cache, and is worth it only when it
+  // is a small share of the neuron cache and the smallest cache still fits beside it
+  const aheadBlock = gatesPinned ? pack.upDownBlock : opts.readAheadBundles && !wholeFits ? pack.bundleBytes : 0;
+  const ahead = pageRound(opts.readAheadNeurons * aheadBlock);
+  const aheadShare = opts.readAheadMaxShare * (cacheBytes - (gatesPinned ? gateAll : 0));
+  const readAheadBytes = opts.readAheadNeurons > 0 && aheadBlock > 0 && cacheFits(ahead, gatesPinned) && ahead <= aheadShare ? ahead : 0;
   fixed.staging += readAheadBytes;
   fixedNoTables += readAheadBytes;
   cacheBytes -= readAheadBytes;
