@@ -160,11 +160,15 @@ export interface NativeAddon {
    * (uring, else pread — `loaderInfo().note` says why). queueDepth (1–4096): reads in flight
    * at once. directIO: open with O_DIRECT (throws naming the path if the filesystem refuses).
    * threads (1–64, pread only, default min(queueDepth, 16), capped at queueDepth).
+   * singleIssuer (io_uring): a ring only one thread reads through — the first that reads, in
+   * practice readBatchStart's background thread — set up SINGLE_ISSUER | DEFER_TASKRUN, so a
+   * batch's completions wake that thread once instead of one by one; a read from another
+   * thread throws. Where the kernel refuses it the ring is a plain one (`note` says why).
    * Returns a loader id. Throws an Error naming the path if the file cannot be opened.
    */
-  openLoader(path: string, opts: { backend: "uring" | "pread" | "auto"; queueDepth: number; directIO: boolean; threads?: number }): number;
+  openLoader(path: string, opts: { backend: "uring" | "pread" | "auto"; queueDepth: number; directIO: boolean; threads?: number; singleIssuer?: boolean }): number;
   /** Chosen backend and parameters; fileSize is the size at open time. */
-  loaderInfo(id: number): { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; fileSize: number; threads: number; fixedBuffer: boolean; path: string; note?: string };
+  loaderInfo(id: number): { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; fileSize: number; threads: number; fixedBuffer: boolean; singleIssuer: boolean; path: string; note?: string };
   /**
    * io_uring: register buffer `bufferId` with the loader's ring (one per loader, replacing the
    * last; the loader keeps it alive); reads landing inside it are READ_FIXED. Returns "" or why

@@ -13,7 +13,7 @@
 // 0.49 ms, 1% of its token.
 import { closeSync, openSync } from "node:fs";
 import { bindWeights, type Weights } from "../model/weights.js";
-import { native } from "../native.js";
+import { native, type NativeAddon } from "../native.js";
 import { NeuronCache, type LayerCacheStats } from "./cache/neuron-cache.js";
 import { loadPredictorWeights } from "./ffn/predictor-weights.js";
 import { bundleLayoutOf, createFfnScratch, type FfnLayout } from "./ffn/layout.js";
@@ -65,8 +65,11 @@ export class SparseParts {
     readonly ffn: FfnLayout,
     readonly predictor: PredictorMode,
     readonly loaderId: number,
-    /** fixedBuffers: the staging buffers registered with the rings (READ_FIXED), or why not. */
-    readonly io: { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; note?: string; fixedBuffers: string },
+    /**
+     * fixedBuffers: the staging buffers registered with the rings (READ_FIXED), or why not;
+     * aheadRing: the reads ahead's io_uring ring, single-issuer (completions batched) or why not.
+     */
+    readonly io: { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; note?: string; fixedBuffers: string; aheadRing?: string },
   ) {
     this.ffnStats = Array.from({ length: pack.config.nLayer }, () => ({ predicted: 0, fired: 0, tokens: 0 }));
     this.policy = cache;
@@ -158,7 +161,7 @@ export class SparseParts {
 
   /** The memory plan, reads and predictor, in words. */
   describe(): string {
-    return `${describePlan(this.plan)}\nI/O: ${this.io.backend}, queue depth ${this.io.queueDepth}, ${this.io.directIO ? "O_DIRECT" : "buffered"}${this.io.note ? ` (${this.io.note})` : ""}, ${this.io.fixedBuffers}; predictor: ${this.predictor}; hot-region preload read ${(this.cache.preloadBytes / 2 ** 20).toFixed(1)} MiB`;
+    return `${describePlan(this.plan)}\nI/O: ${this.io.backend}, queue depth ${this.io.queueDepth}, ${this.io.directIO ? "O_DIRECT" : "buffered"}${this.io.note ? ` (${this.io.note})` : ""}, ${this.io.fixedBuffers}${this.io.aheadRing ? `, reads ahead on ${this.io.aheadRing}` : ""}; predictor: ${this.predictor}; hot-region preload read ${(this.cache.preloadBytes / 2 ** 20).toFixed(1)} MiB`;
   }
 
   dispose(): void {
@@ -205,13 +208,15 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
     loaderId = n.openLoader(path, { ...o.io, directIO: false });
   }
   const info = n.loaderInfo(loaderId);
-  // reads ahead go through their own loader, deep enough to take a whole batch in one submission:
-  // its background thread then needs no core until the batch is done (with the loader's depth of
-  // 32 it must wake to refill the queue, and waits for a core the compute threads hold)
+  // reads ahead go through their own loader, deep enough to take a whole batch in one submission,
+  // its ring used by the background thread alone (singleIssuer): that thread then needs no core
+  // until the batch is done (with the loader's depth of 32 it must wake to refill the queue, and
+  // on a plain ring each completion wakes it; both wait for a core the compute threads hold)
   let aheadId = -1;
   if (plan.readAheadBytes > 0) {
     try {
-      aheadId = n.openLoader(path, { backend: info.backend, directIO: info.directIO, queueDepth: Math.max(info.queueDepth, Math.min(4096, Math.floor(plan.readAheadBytes / pack.upDownBlock))) });
+      const queueDepth = Math.max(info.queueDepth, Math.min(4096, Math.floor(plan.readAheadBytes / pack.upDownBlock)));
+      aheadId = n.openLoader(path, { backend: info.backend, directIO: info.directIO, queueDepth, singleIssuer: true });
     } catch (e) {
       n.closeLoader(loaderId);
       throw e;
@@ -265,6 +270,7 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
       directIO: info.directIO,
       note: info.note ?? (o.io.directIO && !info.directIO ? "the filesystem refused O_DIRECT" : undefined),
       fixedBuffers,
+      aheadRing: aheadId >= 0 ? aheadRing(n.loaderInfo(aheadId)) : undefined,
     });
     parts.sample();
     return parts;
@@ -277,6 +283,12 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
     if (aheadId >= 0) n.closeLoader(aheadId);
     throw e;
   }
+}
+
+/** The reads ahead's ring, in words (undefined for the pread backend, which has none). */
+function aheadRing(info: ReturnType<NativeAddon["loaderInfo"]>): string | undefined {
+  if (info.backend !== "uring") return undefined;
+  return info.singleIssuer ? "a single-issuer ring" : `a plain ring${info.note ? ` (${info.note})` : ""}`;
 }
 
 /**

@@ -274,6 +274,50 @@ describe("direct-I/O loader", () => {
       N.closeLoader(id);
     });
 
+  it.runIf(uringOk)("a single-issuer ring: background batches (deeper and shallower than the ring) land byte for byte, into a buffer registered before the first read; the ring then refuses reads from another thread", () => {
+    for (const queueDepth of [256, 16]) {
+      const id = N.openLoader(file, { backend: "uring", queueDepth, directIO: true, singleIssuer: true });
+      const info = N.loaderInfo(id);
+      // this kernel (6.1+) grants the flags; an older one would say why in the note
+      expect(info.singleIssuer).toBe(true);
+      const nBlocks = (8 * MiB) / BLK;
+      const staging = N.alloc(256 * BLK);
+      const other = N.alloc(256 * BLK);
+      expect(N.loaderFixBuffer(id, staging)).toBe("");
+      const dst = N.alloc(256 * BLK);
+      for (let round = 0; round < 3; round++) {
+        // 256 blocks a batch: into the registered buffer, then (round 1) into another one
+        const into = round === 1 ? other : staging;
+        const idx = blocks(256, nBlocks, 7 + round);
+        const req = new Float64Array(256 * 4);
+        const copies = new Float64Array(256 * 3);
+        for (let i = 0; i < 256; i++) {
+          req.set([idx[i] * BLK, BLK, into, i * BLK], i * 4);
+          copies.set([(255 - i) * BLK, i * BLK, BLK], i * 3);
+        }
+        expect(N.readBatchWait(N.readBatchStart(id, req, dst, into, copies)).bytes).toBe(256 * BLK);
+        const want = Buffer.concat(idx.map((b) => ref.subarray(b * BLK, (b + 1) * BLK)).reverse());
+        expect(Buffer.from(N.viewU8(dst, 0, 256 * BLK)).equals(want)).toBe(true);
+      }
+      expect(() => N.readBatch(id, new Float64Array([0, BLK, staging, 0]))).toThrow(
+        `readBatch: ${file}: this loader's io_uring ring belongs to the thread that read first (single issuer); read from that thread only`,
+      );
+      // and stays usable by its thread
+      const t = N.readBatchStart(id, new Float64Array([BLK, BLK, staging, 0]), dst, staging, new Float64Array([0, 0, BLK]));
+      expect(N.readBatchWait(t).bytes).toBe(BLK);
+      expect(Buffer.from(N.viewU8(dst, 0, BLK)).equals(ref.subarray(BLK, 2 * BLK))).toBe(true);
+      for (const b of [staging, other, dst]) N.free(b);
+      N.closeLoader(id);
+    }
+    // a plain loader (the default) says so
+    const plain = N.openLoader(file, { backend: "uring", queueDepth: 4, directIO: true });
+    expect(N.loaderInfo(plain).singleIssuer).toBe(false);
+    N.closeLoader(plain);
+    expect(() => N.openLoader(file, { backend: "uring", queueDepth: 4, directIO: true, singleIssuer: 1 as unknown as boolean })).toThrow(
+      "openLoader: opts.singleIssuer must be a boolean",
+    );
+  });
+
   it("refuses a read-only file mapping as destination", () => {
     const m = N.mapFile(file);
     const id = N.openLoader(file, { backend: "pread", queueDepth: 1, directIO: false });

@@ -84,6 +84,11 @@ Napi::Value OpenLoader(const Napi::CallbackInfo& info) {
       if (!d.IsBoolean()) typeErr(env, fn, "opts.directIO must be a boolean");
       o.directIO = d.As<Napi::Boolean>().Value();
     }
+    Napi::Value si = opts.Get("singleIssuer");
+    if (!si.IsUndefined()) {
+      if (!si.IsBoolean()) typeErr(env, fn, "opts.singleIssuer must be a boolean");
+      o.singleIssuer = si.As<Napi::Boolean>().Value();
+    }
   }
   try {
     return Napi::Number::New(env, (double)loaderOpen(path, o));
@@ -101,6 +106,7 @@ Napi::Value LoaderInfo(const Napi::CallbackInfo& info) {
   o.Set("fileSize", (double)l->fileSize());
   o.Set("threads", (double)l->threads());
   o.Set("fixedBuffer", l->hasFixedBuffer());
+  o.Set("singleIssuer", l->singleIssuer());
   o.Set("path", l->path());
   if (!l->note().empty()) o.Set("note", l->note());
   return o;

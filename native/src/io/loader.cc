@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,7 +73,19 @@ Loader::Loader(const std::string& path, const LoaderOpts& opts) : path_(path), d
   if (wantUring) {
 #ifdef NP_HAVE_LIBURING
     auto r = std::make_unique<Ring>();
-    const int ret = io_uring_queue_init(qd_, &r->ring, 0);
+    int ret = -EINVAL;
+    if (opts.singleIssuer) {
+      // disabled until its first reader enables it (and becomes the one issuer); buffers can be
+      // registered from the opening thread meanwhile
+      io_uring_params p{};
+      p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
+      ret = io_uring_queue_init_params(qd_, &r->ring, &p);
+      if (ret == 0)
+        singleIssuer_ = true;
+      else
+        note_ = "single-issuer ring refused: " + errText(-ret);
+    }
+    if (!singleIssuer_) ret = io_uring_queue_init(qd_, &r->ring, 0);
     if (ret == 0) {
       ring_ = std::move(r);
       backend_ = Backend::Uring;
@@ -203,6 +216,20 @@ void Loader::readUring(const std::vector<ReadReq>& reqs) {
 #ifdef NP_HAVE_LIBURING
   io_uring* ring = &ring_->ring;
   if (ring_->broken) throw std::runtime_error(path_ + ": io_uring is in a failed state; reopen the loader");
+  if (singleIssuer_) {
+    if (!enabled_) {
+      // the raw syscall: Debian's liburing 2.3 declares io_uring_enable_rings but does not export it
+      const int ret = (int)syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0 ? -errno : 0;
+      if (ret < 0) {
+        ring_->broken = true;
+        throw std::runtime_error(path_ + ": io_uring_enable_rings failed: " + errText(-ret));
+      }
+      enabled_ = true;
+      issuer_ = std::this_thread::get_id();
+    } else if (issuer_ != std::this_thread::get_id()) {
+      throw std::runtime_error(path_ + ": this loader's io_uring ring belongs to the thread that read first (single issuer); read from that thread only");
+    }
+  }
   const size_t n = reqs.size();
   std::vector<uint64_t> done(n, 0);
   std::vector<size_t> resubmit;  // requests to (re)submit before new ones
@@ -257,34 +284,44 @@ void Loader::readUring(const std::vector<ReadReq>& reqs) {
     }
     if (inflight == 0) break;
     if (inflight == queued) continue;  // nothing submitted yet (EAGAIN/EBUSY): try again
+    // With nothing left to submit, wait for every read in flight at once: one wake-up a batch
+    // (on a single-issuer ring the completions are not even posted before). A batch deeper than
+    // the ring refills it: after one completion, or on a single-issuer ring (where the wake-ups
+    // are what it saves) after half of those in flight. Then take every completion there is.
+    const bool more = err.empty() && (next < n || !resubmit.empty());
+    const unsigned want = more ? (singleIssuer_ ? std::max<unsigned>(1, (unsigned)(inflight - queued) / 2) : 1u) : (unsigned)(inflight - queued);
     io_uring_cqe* cqe = nullptr;
-    int ret = io_uring_wait_cqe(ring, &cqe);
-    if (ret == -EINTR || ret == -EAGAIN) continue;
+    int ret = io_uring_wait_cqe_nr(ring, &cqe, want);
+    if (ret == -EINTR || ret == -EAGAIN || ret == -ETIME) continue;
     if (ret < 0) {
       ring_->broken = true;
       throw std::runtime_error(path_ + ": io_uring_wait_cqe failed: " + errText(-ret));
     }
-    const size_t i = (size_t)io_uring_cqe_get_data64(cqe);
-    const int res = cqe->res;
-    io_uring_cqe_seen(ring, cqe);
-    inflight--;
-    const ReadReq& r = reqs[i];
-    if (res < 0) {
-      if (res == -EAGAIN || res == -EINTR) {
-        if (err.empty()) resubmit.push_back(i);
+    while (cqe) {
+      const size_t i = (size_t)io_uring_cqe_get_data64(cqe);
+      const int res = cqe->res;
+      io_uring_cqe_seen(ring, cqe);
+      inflight--;
+      const ReadReq& r = reqs[i];
+      if (res < 0) {
+        if (res == -EAGAIN || res == -EINTR) {
+          if (err.empty()) resubmit.push_back(i);
+        } else {
+          setErr(i, failMsg(path_, r.fileOffset + done[i], r.length - done[i], -res));
+        }
+      } else if (res == 0) {
+        setErr(i, shortReadMsg(path_, r, done[i]));
       } else {
-        setErr(i, failMsg(path_, r.fileOffset + done[i], r.length - done[i], -res));
+        done[i] += (uint64_t)res;
+        if (done[i] < r.length) {
+          if (r.fileOffset + done[i] >= size_)
+            setErr(i, shortReadMsg(path_, r, done[i]));
+          else if (err.empty())
+            resubmit.push_back(i);  // short read inside the file: read the remainder
+        }
       }
-    } else if (res == 0) {
-      setErr(i, shortReadMsg(path_, r, done[i]));
-    } else {
-      done[i] += (uint64_t)res;
-      if (done[i] < r.length) {
-        if (r.fileOffset + done[i] >= size_)
-          setErr(i, shortReadMsg(path_, r, done[i]));
-        else if (err.empty())
-          resubmit.push_back(i);  // short read inside the file: read the remainder
-      }
+      cqe = nullptr;
+      if (io_uring_peek_cqe(ring, &cqe) != 0) cqe = nullptr;
     }
   }
   if (!err.empty()) throw std::runtime_error(err);

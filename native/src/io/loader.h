@@ -29,6 +29,13 @@ struct LoaderOpts {
   unsigned queueDepth = 8;
   bool directIO = false;
   unsigned threads = 0;  // pread backend pool size; 0 = min(queueDepth, 16)
+  // io_uring: a ring one thread uses (the background reads' thread), set up with
+  // SINGLE_ISSUER | DEFER_TASKRUN: completions are posted only when that thread waits, which it
+  // does once for the whole batch, so the device's completions do not wake it (and preempt
+  // compute on a busy core) one by one. The first thread that reads owns the ring; a read from
+  // any other thread throws. Kernels before 6.1 refuse the flags: the ring is then a plain one
+  // (note() says so).
+  bool singleIssuer = false;
 };
 
 constexpr size_t kDirectAlign = 4096;
@@ -51,6 +58,8 @@ class Loader {
   // the buffer alive while registered.
   std::string fixBuffer(BufferRef buf);
   bool hasFixedBuffer() const { return (bool)fixed_; }
+  // A single-issuer ring (LoaderOpts::singleIssuer, granted by the kernel).
+  bool singleIssuer() const { return singleIssuer_; }
 
   const std::string& path() const { return path_; }
   Backend backend() const { return backend_; }
@@ -77,6 +86,9 @@ class Loader {
   std::string note_;
   std::mutex batchMu_;  // one batch at a time per loader
   BufferRef fixed_;     // the registered buffer (io_uring), or null
+  bool singleIssuer_ = false;  // ring set up SINGLE_ISSUER | DEFER_TASKRUN | R_DISABLED
+  bool enabled_ = false;       // … and enabled by its first reader, issuer_
+  std::thread::id issuer_;
 
   // io_uring state (opaque, defined in loader.cc)
   struct Ring;
