@@ -13,6 +13,7 @@
 //            second half
 //
 //   node bench/coactivation.js [--dir /work/models7b] [--tokens 4096] [--tokens-7b 1024]
+//                              [--cofire-group N] [--cofire-share S] (which 7B: bench/lib/seven-b.mjs)
 //                              [--model M.gguf --text T.txt [--name N]]
 //                              [--cold-from 0.3] [--out bench/results/coactivation.json]
 // The default model (models/, its held-out text) always; the 7B-shaped model with --dir (its
@@ -23,6 +24,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
 
 const rootDir = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const { values: v } = parseArgs({
@@ -35,6 +37,7 @@ const { values: v } = parseArgs({
     text: { type: "string" },
     name: { type: "string" },
     out: { type: "string", default: join(rootDir, "bench", "results", "coactivation.json") },
+    ...SEVEN_B_OPTIONS,
   },
 });
 const dist = (p) => import(pathToFileURL(join(rootDir, "dist", "src", p)).href);
@@ -118,8 +121,8 @@ const models = join(rootDir, "models");
 const out = { date: new Date().toISOString(), results: [] };
 out.results.push(await analyse("default", join(models, "neuronpipe-default.gguf"), join(models, "neuronpipe-default.pack.gguf"), join(models, "heldout.txt"), Number(v.tokens)));
 if (v.dir) {
-  const d = v.dir;
-  out.results.push(await analyse("7B", join(d, "llama2-7b-sparse-q4_0-seed1.gguf"), join(d, "llama2-7b-sparse-q4_0-seed1-linear.pack.gguf"), join(d, "random-tokens-llama2-seed1-16k.txt"), Number(v["tokens-7b"])));
+  const f = sevenBFiles(resolve(v.dir), cofireOf(v));
+  out.results.push(await analyse("7B", f.model, f.pack, f.corpus, Number(v["tokens-7b"])));
 }
 if (v.model) {
   if (!v.text) throw new Error("--model needs --text: the text its fired sets are collected over");

@@ -19,6 +19,7 @@
 //
 //   node bench/planner.js [--dir /work/models7b] [--tokens 128] [--tokens-7b 12] [--no-llama]
 //                         [--parts default,synthetic,7b,7b-grid,fig9] [--sizes-dir DIR] [--rounds N] [--lock FILE] [--out bench/results/planner.json]
+//                         [--cofire-group N] [--cofire-share S] (which 7B: bench/lib/seven-b.mjs, as bench/sparse.js)
 // (--parts: the default model's steps 1-4 — or its step 1 alone: default-fractions —, the
 // synthetic model's fractions, the 7B's fractions, its grid, Fig. 9; all by default)
 // Decode speed = tokens/s of sampled generations (seeded; greedy decoding of the small model
@@ -32,6 +33,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { buildPlantedModel, PLANTED_SIZES } from "./lib/planted-model.mjs";
+import { cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
@@ -46,6 +48,7 @@ const { values: v } = parseArgs({
     rounds: { type: "string" },
     lock: { type: "string" },
     out: { type: "string", default: join(rootDir, "bench", "results", "planner.json") },
+    ...SEVEN_B_OPTIONS,
   },
 });
 const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
@@ -320,10 +323,11 @@ if (parts.has("synthetic")) {
 // ---- the 7B-shaped model ---------------------------------------------------------------------
 // where bench/sparse.js prepares the 7B (--dir, $NEURONPIPE_BENCH_DIR, bench/.models)
 v.dir = resolve(v.dir ?? process.env.NEURONPIPE_BENCH_DIR ?? join(benchDir, ".models"));
-const pack7 = join(v.dir, "llama2-7b-sparse-q4_0-seed1-linear.pack.gguf");
+const { pack: pack7 } = sevenBFiles(v.dir, cofireOf(v));
+// bench/sparse.js (the limited llama.cpp runs) finds the same 7B
+const cofireArgs = [...(v["cofire-group"] !== undefined ? ["--cofire-group", v["cofire-group"]] : []), ...(v["cofire-share"] !== undefined ? ["--cofire-share", v["cofire-share"]] : [])];
 if (!existsSync(pack7)) log(`no 7B pack at ${pack7} (node bench/sparse.js --prepare --dir DIR builds it): the default model only`);
 else {
-  const model7 = join(v.dir, "llama2-7b-sparse-q4_0-seed1.gguf");
   // warm-up: 24 tokens after each load, as the neuron cache's cold region starts empty and the
   // plan predicts a warm one. With 4, the first rep caught the warming: at 50% of the FFN a load's
   // first 12 tokens took 227 ms each and the next 36 101–108, and the same code's 50% and 75%
@@ -355,7 +359,7 @@ else {
       if (!v["no-llama"]) {
         // llama.cpp norepack in a memory cgroup of the same limit (+ node's own runtime, as bench/sparse.js)
         const tmp = join(rootDir, "bench", "results", `.planner-llama-${i}.json`);
-        const args = [join(benchDir, "sparse.js"), "--dir", v.dir, "--only", "llama-norepack-limited", "--ffn", ffnOf(budget), "--limited-repeat", "1", "--limited-decode", "8", "--peer-timeout", "240", "--out", tmp, ...(v.lock ? ["--lock", v.lock] : [])];
+        const args = [join(benchDir, "sparse.js"), "--dir", v.dir, ...cofireArgs, "--only", "llama-norepack-limited", "--ffn", ffnOf(budget), "--limited-repeat", "1", "--limited-decode", "8", "--peer-timeout", "240", "--out", tmp, ...(v.lock ? ["--lock", v.lock] : [])];
         const res = spawnSync(process.execPath, args, { stdio: ["ignore", "ignore", "inherit"] });
         try {
           const j = JSON.parse(readFileSync(tmp, "utf8"));
@@ -388,7 +392,6 @@ else {
     }
     return lo.toFixed(4);
   }
-  void model7;
 }
 
 mkdirSync(dirname(v.out), { recursive: true });

@@ -6,16 +6,20 @@
 // child process, one after the other, median of `--repeat` runs after a warm-up.
 //
 //   node bench/prefill.js [--dir DIR] [--lengths 128,512] [--repeat 3] [--only id,id]
+//                         [--cofire-group N] [--cofire-share S]
 //
-// Needs in --dir (default $NEURONPIPE_BENCH_DIR, else bench/.models, as bench/sparse.js): llama2-7b-sparse-q4_0-seed1.gguf and its pack
-// llama2-7b-sparse-q4_0-seed1-linear.pack.gguf (bench/sparse.js prepares both), and the corpus
-// random-tokens-llama2-seed1-16k.txt (prompt text). Writes bench/results/prefill.json.
+// Needs in --dir (default $NEURONPIPE_BENCH_DIR, else bench/.models, as bench/sparse.js) the 7B
+// bench/sparse.js prepares with the same --cofire-group/--cofire-share (bench/lib/seven-b.mjs:
+// by default the one with co-firing groups of 8 at share 0.7; 0 for the model without groups):
+// the plain GGUF, its pack and the corpus random-tokens-llama2-seed1-16k.txt (prompt text).
+// Writes bench/results/prefill.json.
 import { spawn } from "node:child_process";
-import { readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { cgroupReport, createCgroup, evictFile, memoryCgroupRoot, removeCgroup, sampleCgroup } from "./lib/measure.mjs";
+import { cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
@@ -33,9 +37,11 @@ const { values: v } = parseArgs({
     only: { type: "string" },
     out: { type: "string", default: join(benchDir, "results", "prefill.json") },
     child: { type: "string" },
+    ...SEVEN_B_OPTIONS,
   },
 });
 v.dir = resolve(v.dir ?? process.env.NEURONPIPE_BENCH_DIR ?? join(benchDir, ".models"));
+const sevenB = sevenBFiles(v.dir, cofireOf(v));
 const lengths = v.lengths.split(",").map(Number);
 const repeat = Number(v.repeat);
 const threads = Number(v.threads);
@@ -46,7 +52,7 @@ async function np() {
 
 /** Prompt ids of each length from the corpus (tokenised by `encode`). */
 function prompts(encode) {
-  const text = readFileSync(join(v.dir, "random-tokens-llama2-seed1-16k.txt"), "utf8");
+  const text = readFileSync(sevenB.corpus, "utf8");
   const ids = encode(text);
   return Object.fromEntries(lengths.map((n) => [n, ids.slice(0, n)]));
 }
@@ -145,8 +151,12 @@ if (v.child) {
 
 // ---- parent -----------------------------------------------------------------------------
 
-const model = join(v.dir, "llama2-7b-sparse-q4_0-seed1.gguf");
-const pack = join(v.dir, "llama2-7b-sparse-q4_0-seed1-linear.pack.gguf");
+const { model, pack } = sevenB;
+for (const f of [model, pack, sevenB.corpus])
+  if (!existsSync(f)) {
+    log(`${f} is missing: node bench/sparse.js --prepare --dir ${v.dir} (with the same --cofire-group/--cofire-share) builds it`);
+    process.exit(1);
+  }
 const lib = await np();
 const packInfo = lib.openPack(pack);
 const planOpts = lib.planOptions(packInfo.config, { contextSize: 1024, batchSize: Number(v.batch) });
@@ -243,6 +253,6 @@ if (off && lengths.every((n) => off.lengths[n]?.layers)) {
   writeFileSync(svgPath, `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}">\n${el.join("\n")}\n</svg>\n`);
   log(`wrote ${svgPath}`);
 }
-writeFileSync(v.out, JSON.stringify({ date: new Date().toISOString(), threads, batch: Number(v.batch), budget, results }, null, 2));
+writeFileSync(v.out, JSON.stringify({ date: new Date().toISOString(), model, pack, threads, batch: Number(v.batch), budget, results }, null, 2));
 console.log(table);
 log(`wrote ${v.out}`);

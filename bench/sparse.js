@@ -63,6 +63,7 @@ import {
   sampleCgroup,
   spread,
 } from "./lib/measure.mjs";
+import { cofireOf, cofireSynthArgs, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
@@ -100,8 +101,7 @@ const { values: v } = parseArgs({
     "cold-keep": { type: "string" },
     svg: { type: "string" },
     prepare: { type: "boolean", default: false },
-    "cofire-group": { type: "string" },
-    "cofire-share": { type: "string" },
+    ...SEVEN_B_OPTIONS,
     help: { type: "boolean", short: "h", default: false },
   },
 });
@@ -112,9 +112,7 @@ if (v.help) {
 const threads = Number(v.threads);
 // the 7B with co-firing groups (synth --cofire-group/--cofire-share), or without (0); by default
 // groups of 8 at share 0.7, the benchmark model that co-activates as the real default model does
-const cofireGroup = Number(v["cofire-group"] ?? 8);
-const cofireShare = v["cofire-share"] ?? (v["cofire-group"] === undefined ? "0.7" : undefined);
-if (cofireShare !== undefined && !(cofireGroup > 0)) throw new Error("--cofire-share needs --cofire-group");
+const cofire = cofireOf(v);
 const decode = Number(v.decode);
 const ctx = Number(v.ctx);
 const reps = Number(v.repeat);
@@ -129,18 +127,11 @@ function run(args, what) {
 /** Build (or reuse) the model, its profile, predictors and pack. */
 async function prepare(dir) {
   mkdirSync(dir, { recursive: true });
-  const name = `llama2-7b-sparse-q4_0-seed1${cofireGroup > 0 ? `-cofire${cofireGroup}${cofireShare !== undefined ? `-share${cofireShare}` : ""}` : ""}`;
-  const model = join(dir, `${name}.gguf`);
-  const profile = `${model}.profile.gguf`;
-  const predictor = `${model}.predictor-linear.gguf`;
-  const pack = join(dir, `${name}-linear.pack.gguf`);
-  if (!existsSync(model)) {
-    const cofire = cofireGroup > 0 ? ["--cofire-group", String(cofireGroup), ...(cofireShare !== undefined ? ["--cofire-share", cofireShare] : [])] : [];
-    run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", ...cofire, "--seed", "1", "--out", model], "synth");
-  }
+  const { model, profile, predictor, pack, corpus } = sevenBFiles(dir, cofire);
+  if (!existsSync(model))
+    run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", ...cofireSynthArgs(cofire), "--seed", "1", "--out", model], "synth");
   // A random-weight model writes random tokens, so its activations are profiled and its
   // predictors trained on text of uniformly random tokens (seeded) — the distribution it decodes.
-  const corpus = join(dir, "random-tokens-llama2-seed1-16k.txt");
   if (!existsSync(corpus)) writeFileSync(corpus, await randomTokenTextAsync(model, 16000));
   if (!existsSync(profile)) run([cli, "profile", "--model", model, "--corpus", corpus, "--max-tokens", "1024", "--ctx", "256", "--threads", String(threads)], "profile");
   if (!existsSync(predictor))
@@ -672,7 +663,7 @@ results.sort((a, b) => plan.findIndex((p) => p[0] === a.id) - plan.findIndex((p)
 const record = {
   date: new Date().toISOString(),
   machine: { cpus: os.cpus().length, cpu: os.cpus()[0]?.model, memory: os.totalmem(), node: process.version, bounds: machineBounds },
-  model: { file: model, pack, shape: "llama2-7b", type: "Q4_0", planted: `active 10%, hot 20% → 80%, gate rank 64${cofireGroup > 0 ? `, co-firing groups of ${cofireGroup} (share ${cofireShare ?? "0.9, synth's default"})` : ""}` },
+  model: { file: model, pack, shape: "llama2-7b", type: "Q4_0", planted: `active 10%, hot 20% → 80%, gate rank 64${cofire.group > 0 ? `, co-firing groups of ${cofire.group} (share ${cofire.share ?? "0.9, synth's default"})` : ""}` },
   threads,
   decodeTokens: decode,
   repeat: reps,

@@ -1,0 +1,48 @@
+// The 7B-shaped benchmark model's files, named once for every bench script that uses it
+// (bench/sparse.js prepares them; prefill.js, planner.js and coactivation.js read them).
+//
+// `synth --shape llama2-7b --type q4_0 --activation reglu --active-fraction 0.1 --gate-rank 64
+// --seed 1`, with co-firing groups of N planted at share S (`--cofire-group N --cofire-share S`)
+// unless N is 0. By default groups of 8 at share 0.7: the model whose co-activation matches the
+// real default model's (docs/benchmarks.md, 2026-11-28 noon). `--cofire-group 8` alone takes
+// synth's share (0.9); `--cofire-group 0` is the model without groups.
+import { join } from "node:path";
+
+/** parseArgs options every script that reads the 7B accepts. */
+export const SEVEN_B_OPTIONS = {
+  "cofire-group": { type: "string" },
+  "cofire-share": { type: "string" },
+};
+
+/** The co-firing groups asked for by parsed `SEVEN_B_OPTIONS` values: { group, share } (share undefined: synth's default). */
+export function cofireOf(v) {
+  const group = Number(v["cofire-group"] ?? 8);
+  const share = v["cofire-share"] ?? (v["cofire-group"] === undefined ? "0.7" : undefined);
+  if (!Number.isInteger(group) || group < 0) throw new Error(`--cofire-group must be a whole number ≥ 0, got ${v["cofire-group"]}`);
+  if (share !== undefined && !(group > 0)) throw new Error("--cofire-share needs --cofire-group");
+  return { group, share };
+}
+
+/** synth's flags for the co-firing groups. */
+export function cofireSynthArgs({ group, share }) {
+  return group > 0 ? ["--cofire-group", String(group), ...(share !== undefined ? ["--cofire-share", share] : [])] : [];
+}
+
+/**
+ * The files of the 7B with these co-firing groups in `dir`: the plain model (…-cofireN-shareS.gguf,
+ * or …-seed1.gguf without groups), its profile and linear predictors beside it, its pack, and the
+ * corpus of random tokens it is profiled, trained and prompted on (one per directory).
+ */
+export function sevenBFiles(dir, cofire) {
+  const { group, share } = cofire;
+  const name = `llama2-7b-sparse-q4_0-seed1${group > 0 ? `-cofire${group}${share !== undefined ? `-share${share}` : ""}` : ""}`;
+  const model = join(dir, `${name}.gguf`);
+  return {
+    name,
+    model,
+    profile: `${model}.profile.gguf`,
+    predictor: `${model}.predictor-linear.gguf`,
+    pack: join(dir, `${name}-linear.pack.gguf`),
+    corpus: join(dir, "random-tokens-llama2-seed1-16k.txt"),
+  };
+}
