@@ -77,6 +77,8 @@ describe.each([
             // (at 45% the cold region is smaller than the room the LRU keeps: nothing kept)
             if (f >= 0.6) expect(sp.plan.coldKept > 0, `${f}`).toBe(coldKeep > 0);
             expect(sp.plan.readAheadBytes > 0, `readAhead ${readAhead}`).toBe(readAhead > 0);
+            // the reads ahead go through their own ring, single-issuer where io_uring is the backend (kernel ≥ 6.1)
+            expect(sp.io.aheadRing).toBe(readAhead > 0 && sp.io.backend === "uring" ? "a single-issuer ring" : undefined);
             const logits = logitsPerStep(m);
             sp.sample();
             const st = sp.cache.stats;
