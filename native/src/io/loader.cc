@@ -289,10 +289,11 @@ void Loader::readUring(const std::vector<ReadReq>& reqs) {
     // the ring refills it: after one completion, or on a single-issuer ring (where the wake-ups
     // are what it saves) after half of those in flight. Then take every completion there is.
     const bool more = err.empty() && (next < n || !resubmit.empty());
-    const unsigned want = more ? (singleIssuer_ ? std::max<unsigned>(1, (unsigned)(inflight - queued) / 2) : 1u) : (unsigned)(inflight - queued);
+    const unsigned submitted = (unsigned)(inflight - queued);
+    const unsigned want = !more ? submitted : singleIssuer_ ? std::max(1u, submitted / 2) : 1u;
     io_uring_cqe* cqe = nullptr;
     int ret = io_uring_wait_cqe_nr(ring, &cqe, want);
-    if (ret == -EINTR || ret == -EAGAIN || ret == -ETIME) continue;
+    if (ret == -EINTR || ret == -EAGAIN) continue;
     if (ret < 0) {
       ring_->broken = true;
       throw std::runtime_error(path_ + ": io_uring_wait_cqe failed: " + errText(-ret));
