@@ -2,9 +2,13 @@
 // Per token and layer (sparse/ffn/steps.ts for the steps):
 //
 //   zero, predict                  o = 0; P = predicted neurons (oracle: all)
+//   (decode, gate rows not pinned) cache.readAhead(now)
+//                                  P's cold neurons not resident: whole bundles read in the
+//                                  background while the resident gates are computed
 //   for chunks of P, as large as the cache can hold at once (ascending pack order):
 //     cache.loadGates              gate rows resident (pinned rows, hot clusters, cold gate blocks)
-//     gate                         g over the chunk; A = the fired ones
+//     gate                         g over the chunk (the resident rows first, then, once they
+//                                  have landed, the rows read now); A = the fired ones
 //     cache.demoteSilent           predicted-but-silent cold neurons to the LRU's tail
 //     cache.loadUpDown             up+down of A resident (cold: one more block each)
 //     upAct, down                  h = act(g)·u;  o += Σ h·down   (A ascending)
@@ -20,7 +24,7 @@
 // logits are bit-identical to every other decoder's for any budget.
 import type { ForwardOptions, RunState } from "../model/forward.js";
 import { forward } from "../model/forward.js";
-import { createBundleScratch, FfnSteps } from "../sparse/ffn/steps.js";
+import { createBundleScratch, FfnSteps, type Landing } from "../sparse/ffn/steps.js";
 import { ffnScratchBytes } from "../sparse/ffn/layout.js";
 import { StreamedFfn } from "../sparse/ffn/streamed.js";
 import { nowUs, type TraceRecorder } from "../trace/recorder.js";
@@ -39,6 +43,8 @@ export class InlineDecoder implements Decoder {
   readAhead = true;
   /** How many layers ahead: at the end of layer L, layer L+aheadLayers's neurons are read (as many batches in flight). */
   aheadLayers = 2;
+  /** Without pinned gate rows: a layer's predicted neurons that are not resident are read in the background while its resident gates are computed (with reads ahead on). */
+  readNow = true;
   private aheadIssued = 0; // the last layer of this token whose reads ahead were issued
   private streamed?: StreamedFfn;
   private readonly steps: FfnSteps;
@@ -117,7 +123,9 @@ export class InlineDecoder implements Decoder {
     const { cache, plan, pack } = this.parts;
     const ahead = this.readAhead && cache.aheadStaging >= 0;
     const block = cache.pinned ? pack.upDownBlock : pack.bundleBytes;
-    return `decoder: inline (sparse FFN on the calling thread: predict, read what is missing, compute)${ahead ? `; reads ahead: the next ${this.aheadLayers} layers' likely-firing neurons in the background (${cache.pinned ? "up+down blocks" : "whole bundles"}), up to ${Math.floor(plan.readAheadBytes / block / this.aheadLayers)} per layer` : ""}`;
+    const now = ahead && this.readNow && !cache.pinned;
+    const batches = this.aheadBatches();
+    return `decoder: inline (sparse FFN on the calling thread: predict, read what is missing, compute)${ahead ? `; reads ahead: the next ${this.aheadLayers} layers' likely-firing neurons in the background (${cache.pinned ? "up+down blocks" : "whole bundles"}), up to ${Math.floor(plan.readAheadBytes / block / batches)} per layer` : ""}${now ? "; a layer's predicted cold neurons not resident are read in the background while its resident gates are computed" : ""}`;
   }
 
   async dispose(): Promise<void> {
@@ -172,11 +180,15 @@ export class InlineDecoder implements Decoder {
     st.predicted += nP;
     clock?.mark("predictor", "predict", layer, { neurons: nP });
     const { P, slots, aPos, aSlots } = steps;
+    // without pinned gate rows, the predicted neurons not resident are read in the background now
+    // (whole bundles, one request a run) while the resident gates are computed
+    const now = ahead && this.readNow && !cache.pinned && cache.readAhead(layer, P, nP, this.aheadBatches(), true) > 0;
+    if (now) clock?.mark("predictor", "predict", layer);
     for (let start = 0; start < nP; ) {
-      if (!cache.pinned) this.settle(layer); // the gate rows read ahead land before they are used (traced here)
+      if (!cache.pinned) this.settle(layer, true); // the gate rows read ahead land before they are used (traced here)
       const end = cache.loadGates(layer, P, start, nP, slots.subarray(start));
       if (clock) this.markLoad(clock, layer, "gate");
-      const g = steps.gate(layer, t, start, end - start);
+      const g = steps.gate(layer, t, start, end - start, now ? this.landing(layer) : undefined);
       clock?.mark("compute", "gate", layer, { neurons: end - start });
       if (this.demote) cache.demoteSilent(layer, slots.subarray(start), g.nSilent);
       st.fired += g.nA;
@@ -198,17 +210,31 @@ export class InlineDecoder implements Decoder {
     if (layer === 0) this.aheadIssued = 0;
     for (let next = Math.max(this.aheadIssued, layer) + 1; next <= Math.min(layer + this.aheadLayers, config.nLayer - 1); next++) {
       const c = steps.lookAhead(next, t, parts.weights.layers[next]!.ffnNorm, config.rmsEps, parts.predictor === "oracle");
-      const n = cache.readAhead(next, aPos, c, this.aheadLayers);
+      const n = cache.readAhead(next, aPos, c, this.aheadBatches());
       this.aheadIssued = next;
       clock?.mark("predictor", "predict", next, { neurons: n });
     }
   }
 
-  /** Wait for the reads ahead of `layer` (and any issued before them), and trace them: the background reads on the I/O lane, the wait as bookkeeping. */
-  private settle(layer: number): void {
+  /** Batches of reads ahead in flight at most: one per layer ahead, and the layer's own misses (readNow). */
+  private aheadBatches(): number {
+    return this.aheadLayers + (this.readNow && !this.parts.cache.pinned ? 1 : 0);
+  }
+
+  /** The landing rows of `layer` for the gate step, and how it waits for them (traced). */
+  private landing(layer: number): Landing {
+    const settle = () => {
+      this.clock?.mark("compute", "gate", layer); // the resident rows' gates, computed while the rest landed
+      this.settle(layer);
+    };
+    return { positions: this.parts.cache.landing, settle };
+  }
+
+  /** Wait for the reads ahead of `layer` (and any issued before them; with keepNow not its own misses' batch), and trace them: the background reads on the I/O lane, the wait as bookkeeping. */
+  private settle(layer: number, keepNow = false): void {
     const { cache } = this.parts;
     if (!cache.readingAhead(layer)) return;
-    const done = cache.settleLayer(layer);
+    const done = cache.settleLayer(layer, keepNow);
     const clock = this.clock;
     if (!clock) return;
     for (const d of done) clock.trace.span({ lane: "io", name: "read", t0: d.t0, t1: d.t1, token: clock.step, layer: d.layer, bytes: d.bytes, reads: d.reads, phase: "ahead" });

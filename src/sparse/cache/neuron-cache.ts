@@ -87,6 +87,8 @@ export class NeuronCache {
   readonly stateTable: { buf: number; off: number };
   readonly staging: number; // native buffer: I/O lands here, then is copied into slots
   readonly aheadStaging: number; // native buffer for reads ahead (plan.readAheadBytes), else -1
+  /** (nFF) 1 at the pack positions whose bundles a `now` batch of reads ahead is still bringing (readAhead): their slots are taken, their rows not there yet. */
+  readonly landing: Uint8Array;
   readonly tables: number; // native buffer holding the views below
   readonly stats: LayerCacheStats[];
   /** Bytes read while filling the hot region at load time (not part of per-token stats). */
@@ -121,9 +123,10 @@ export class NeuronCache {
   private framesUsed = 0;
   private coldUsed = 0;
   private hotOrder?: Int32Array[]; // per layer: hot clusters by profiled firings, most first
-  // batches of reads ahead in flight, oldest first; the cold slots they hold; the neurons of the
-  // last batch that arrived per layer (aheadUsed counts those that fire)
-  private ahead: { ticket: number; layer: number; neurons: Set<number>; reads: number }[] = [];
+  // batches of reads ahead in flight, oldest first (`now`: the misses of the layer being
+  // computed); the cold slots they hold; the neurons of the last look-ahead batch that arrived per
+  // layer (aheadUsed counts those that fire)
+  private ahead: { ticket: number; layer: number; neurons: Set<number>; reads: number; now: boolean }[] = [];
   private aheadPending = 0;
   private aheadSeq = 0;
   private readonly aheadArrived = new Map<number, Set<number>>();
@@ -190,6 +193,7 @@ export class NeuronCache {
     }
     this.stats = Array.from({ length: nLayer }, emptyCacheStats);
     this.kept = new Uint8Array(plan.coldKept > 0 ? S : 0);
+    this.landing = new Uint8Array(nFF);
     this.lruSlots = plan.coldSlots;
   }
 
@@ -341,8 +345,9 @@ export class NeuronCache {
       st.gateHits += i - start;
       return i;
     }
-    // reads ahead of later layers stay in flight: their slots are not this lease's
-    this.settleLayer(layer);
+    // reads ahead of later layers stay in flight: their slots are not this lease's; so does this
+    // layer's `now` batch (the caller settles it before computing the neurons it brings)
+    this.settleLayer(layer, true);
     if (this.aheadPending > 0 && this.coldUsed >= coldCap - this.aheadPending) this.settle();
     const cap = coldCap - this.aheadPending;
     for (; i < end; i++) {
@@ -568,8 +573,13 @@ export class NeuronCache {
    * readAheadNeurons / batches neurons and its own share of the staging. Call between leases
    * (after the computation of what the last loads brought): it starts a new one. A run of
    * adjacent positions is one request. Returns the neurons it started reading.
+   *
+   * `now`: the layer is the one being computed (its predicted neurons that are missing, read while
+   * the resident gates are computed). Its hot positions are left to loadGates (their clusters),
+   * its neurons are marked in `landing` until the batch is settled, and loadGates does not wait
+   * for it (settleLayer's keepNow): the caller settles before it computes a landing neuron.
    */
-  readAhead(layer: number, positions: Int32Array, count: number, batches = 1): number {
+  readAhead(layer: number, positions: Int32Array, count: number, batches = 1, now = false): number {
     if (this.aheadStaging < 0 || this.loader.aheadId < 0 || this.reads.isDeferred) return 0;
     while (this.ahead.length >= batches) this.settleOne();
     this.beginLease();
@@ -593,10 +603,11 @@ export class NeuronCache {
     let used = 0; // staging bytes the closed requests and the open one take
     let p0 = -2; // first and last position of the open request
     let pLast = -2;
+    const hot = now ? this.hotLimit[layer]! : 0; // positions below are left to loadGates
     for (let k = 0; k < count && n < limit; k++) {
       const p = positions[k]!;
       const g = base + p;
-      if (pinned ? this.state[g] === FULL : this.slotOf[g]! >= 0) continue;
+      if (p < hot || (pinned ? this.state[g] === FULL : this.slotOf[g]! >= 0)) continue;
       const grows = r > 0 && p === pLast + 1 && used + bundle <= share;
       if (!grows && used + B > share) break;
       const s = this.takeColdSlot(g);
@@ -618,12 +629,13 @@ export class NeuronCache {
         c += 3;
       }
       neurons.add(g);
+      if (now) this.landing[p] = 1;
       n++;
     }
     if (n === 0) return 0;
     const ticket = this.n.readBatchStart(this.loader.aheadId, reqs.subarray(0, 4 * r), this.arena, this.aheadStaging, copies.subarray(0, c));
     this.aheadSeq++;
-    this.ahead.push({ ticket, layer, neurons, reads: r });
+    this.ahead.push({ ticket, layer, neurons, reads: r, now });
     this.aheadPending += n;
     const st = this.stats[layer]!;
     st.bytesRead += used;
@@ -649,11 +661,15 @@ export class NeuronCache {
     return done;
   }
 
-  /** Wait for the batches in flight up to and including the one for `layer` (batches complete in the order they were issued). */
-  settleLayer(layer: number): readonly AheadDone[] {
+  /**
+   * Wait for the batches in flight up to and including the last one for `layer` (batches complete
+   * in the order they were issued); with keepNow, the last one that is not the layer's `now` batch.
+   */
+  settleLayer(layer: number, keepNow = false): readonly AheadDone[] {
     if (this.ahead.length === 0) return NONE_DONE;
     const done: AheadDone[] = [];
-    const i = this.ahead.findIndex((b) => b.layer === layer);
+    let i = this.ahead.length - 1;
+    while (i >= 0 && !(this.ahead[i]!.layer === layer && !(keepNow && this.ahead[i]!.now))) i--;
     for (let k = 0; k <= i; k++) done.push(this.settleOne());
     return done;
   }
@@ -667,6 +683,7 @@ export class NeuronCache {
   private settleOne(): AheadDone {
     const b = this.ahead.shift()!;
     this.aheadPending -= b.neurons.size;
+    if (b.now) for (const g of b.neurons) this.landing[g % this.nFF] = 0;
     let r: { bytes: number; t0: number; t1: number };
     try {
       r = this.n.readBatchWait(b.ticket);
@@ -678,7 +695,7 @@ export class NeuronCache {
       }
       throw e;
     }
-    this.aheadArrived.set(b.layer, b.neurons);
+    if (!b.now) this.aheadArrived.set(b.layer, b.neurons);
     return { layer: b.layer, bytes: r.bytes, reads: b.reads, t0: r.t0, t1: r.t1 };
   }
 

@@ -34,6 +34,12 @@ export interface TokenRows {
   o: number;
 }
 
+/** Gate rows still being read: landing positions (1 at a pack position whose rows are not there yet), and how to wait for them. */
+export interface Landing {
+  positions: Uint8Array;
+  settle(): void;
+}
+
 /** Fired neurons of a gate step, and the predicted ones that did not fire. */
 export interface GateResult {
   nA: number;
@@ -106,10 +112,11 @@ export class FfnSteps {
    * not resident — the cache's loadUpDown then writes it); the positions of the silent ones go to
    * slots[start…] (for the cache's demoteSilent).
    */
-  gate(layer: number, t: TokenRows, start: number, count: number): GateResult {
+  gate(layer: number, t: TokenRows, start: number, count: number, landing?: Landing): GateResult {
     const { L, P, slots, aSlots, aPos, gA, gateV, slotOf } = this;
     const gr = L.gateRows;
-    this.n.matvecRows(L.gateType, gr.buf, 0, gr.rows, L.dim, L.scratch, L.off.slots + start * 4, count, t.buf, t.xb, L.scratch, L.off.gate + start * 4, gr.stride);
+    if (!landing || !this.gateAroundLanding(t, start, count, landing))
+      this.n.matvecRows(L.gateType, gr.buf, 0, gr.rows, L.dim, L.scratch, L.off.slots + start * 4, count, t.buf, t.xb, L.scratch, L.off.gate + start * 4, gr.stride);
     const base = layer * L.nFF;
     let nA = 0;
     let nSilent = 0;
@@ -123,6 +130,34 @@ export class FfnSteps {
       } else slots[start + nSilent++] = P[k]!; // the slot is no longer needed: its position instead
     }
     return { nA, nSilent };
+  }
+
+  /**
+   * g[k] for k in [start, start+count) when some of those rows are still being read: the resident
+   * rows first, then (after landing.settle()) the landing ones, each row the same dot product as
+   * in one call. aSlots, aPos and gA hold the split meanwhile (gate() rewrites them). False, and
+   * nothing computed, when no row of the range is landing.
+   */
+  private gateAroundLanding(t: TokenRows, start: number, count: number, landing: Landing): boolean {
+    const { L, P, slots, aSlots, aPos, gA, gateV } = this;
+    const at = landing.positions;
+    let nLand = 0;
+    for (let k = start; k < start + count; k++) nLand += at[P[k]!]!;
+    if (nLand === 0) return false;
+    let r = start; // resident rows from start, landing ones from start + count - nLand
+    let l = start + count - nLand;
+    for (let k = start; k < start + count; k++) {
+      const j = at[P[k]!] ? l++ : r++;
+      aSlots[j] = slots[k]!;
+      aPos[j] = k;
+    }
+    const gr = L.gateRows;
+    const split = start + count - nLand;
+    this.n.matvecRows(L.gateType, gr.buf, 0, gr.rows, L.dim, L.scratch, L.off.aSlots + start * 4, count - nLand, t.buf, t.xb, L.scratch, L.off.gA + start * 4, gr.stride);
+    landing.settle();
+    this.n.matvecRows(L.gateType, gr.buf, 0, gr.rows, L.dim, L.scratch, L.off.aSlots + split * 4, nLand, t.buf, t.xb, L.scratch, L.off.gA + split * 4, gr.stride);
+    for (let j = start; j < start + count; j++) gateV[aPos[j]!] = gA[j]!;
+    return true;
   }
 
   /**
