@@ -193,11 +193,13 @@ export interface NativeAddon {
   /**
    * readBatch in the background: the same requests (same checks), then `copies`
    * ([dstOffset, srcOffset, length]… from buffer copySrc into copyDst) once every read is
-   * complete. Returns a ticket at once; the reads and copies run FIFO on one background
-   * thread per process, which sleeps in the kernel while the device works, so the caller
-   * computes meanwhile. Do not touch the destinations before readBatchWait(ticket).
+   * complete. Returns a ticket at once; the reads and copies run FIFO on the lane's background
+   * thread (lane 0 or 1, one thread each per process), which sleeps in the kernel while the
+   * device works, so the caller computes meanwhile. Batches on different lanes do not wait for
+   * each other; a single-issuer loader must always be read on the same lane. Do not touch the
+   * destinations before readBatchWait(ticket).
    */
-  readBatchStart(loaderId: number, requests: Float64Array, copyDst: number, copySrc: number, copies: Float64Array): number;
+  readBatchStart(loaderId: number, requests: Float64Array, copyDst: number, copySrc: number, copies: Float64Array, lane?: number): number;
   /**
    * Block until the ticket's batch is done; returns its bytes and when the background thread
    * ran it (t0, t1: µs on process.hrtime's clock, as the trace's nowUs), or throws its error

@@ -274,7 +274,7 @@ describe("direct-I/O loader", () => {
       N.closeLoader(id);
     });
 
-  it.runIf(uringOk)("a single-issuer ring: background batches (deeper and shallower than the ring) land byte for byte, into a buffer registered before the first read; the ring then refuses reads from another thread", () => {
+  it.runIf(uringOk)("a single-issuer ring: background batches (deeper and shallower than the ring) land byte for byte, into a buffer registered before the first read; the ring then refuses reads from another thread, another lane's among them; two lanes read at once", () => {
     for (const queueDepth of [256, 16]) {
       const id = N.openLoader(file, { backend: "uring", queueDepth, directIO: true, singleIssuer: true });
       const info = N.loaderInfo(id);
@@ -309,6 +309,41 @@ describe("direct-I/O loader", () => {
       for (const b of [staging, other, dst]) N.free(b);
       N.closeLoader(id);
     }
+    // two lanes (two background threads): each single-issuer loader is read on one lane; a batch
+    // on lane 1 lands byte for byte whatever lane 0 holds, and its ticket is its own
+    const a = N.openLoader(file, { backend: "uring", queueDepth: 64, directIO: true, singleIssuer: true });
+    const b = N.openLoader(file, { backend: "uring", queueDepth: 64, directIO: true, singleIssuer: true });
+    const stA = N.alloc(64 * BLK);
+    const stB = N.alloc(64 * BLK);
+    const dA = N.alloc(64 * BLK);
+    const dB = N.alloc(64 * BLK);
+    const batch = (seed: number, into: number) => {
+      const idx = blocks(64, (8 * MiB) / BLK, seed);
+      const req = new Float64Array(64 * 4);
+      const copies = new Float64Array(64 * 3);
+      for (let i = 0; i < 64; i++) {
+        req.set([idx[i] * BLK, BLK, into, i * BLK], i * 4);
+        copies.set([i * BLK, i * BLK, BLK], i * 3);
+      }
+      return { req, copies, want: Buffer.concat(idx.map((k) => ref.subarray(k * BLK, (k + 1) * BLK))) };
+    };
+    const x = batch(41, stA);
+    const y = batch(43, stB);
+    const tA = N.readBatchStart(a, x.req, dA, stA, x.copies, 0);
+    const tB = N.readBatchStart(b, y.req, dB, stB, y.copies, 1);
+    expect(tB).not.toBe(tA);
+    expect(N.readBatchWait(tB).bytes).toBe(64 * BLK); // lane 1 first: lane 0's batch may still run
+    expect(N.readBatchWait(tA).bytes).toBe(64 * BLK);
+    expect(Buffer.from(N.viewU8(dA, 0, 64 * BLK)).equals(x.want)).toBe(true);
+    expect(Buffer.from(N.viewU8(dB, 0, 64 * BLK)).equals(y.want)).toBe(true);
+    expect(() => N.readBatchWait(tB)).toThrow(new RegExp(`readBatchWait: ticket ${tB} is not a batch in flight`));
+    // loader a's ring belongs to lane 0's thread: on lane 1 its batch fails, naming why
+    expect(() => N.readBatchWait(N.readBatchStart(a, x.req, dA, stA, x.copies, 1))).toThrow(/belongs to the thread that read first \(single issuer\)/);
+    expect(() => N.readBatchStart(a, x.req, dA, stA, x.copies, 2)).toThrow("readBatchStart: lane 2 is not 0..1");
+    expect(() => N.readBatchStart(a, x.req, dA, stA, x.copies, "1" as unknown as number)).toThrow("readBatchStart: lane must be a number");
+    for (const buf of [stA, stB, dA, dB]) N.free(buf);
+    N.closeLoader(a);
+    N.closeLoader(b);
     // a plain loader (the default) says so
     const plain = N.openLoader(file, { backend: "uring", queueDepth: 4, directIO: true });
     expect(N.loaderInfo(plain).singleIssuer).toBe(false);

@@ -97,14 +97,24 @@ class AsyncReads {
   std::thread worker_;
 };
 
-AsyncReads& instance() {
-  static AsyncReads a;
-  return a;
+AsyncReads& lane(int i) {
+  static AsyncReads lanes[kAsyncLanes];
+  return lanes[i];
 }
 
 }  // namespace
 
-uint64_t asyncSubmit(AsyncJob&& job) { return instance().submit(std::move(job)); }
-AsyncDone asyncWait(uint64_t ticket) { return instance().wait(ticket); }
+// A ticket is the lane's own sequence number times kAsyncLanes, plus the lane.
+uint64_t asyncSubmit(AsyncJob&& job, int laneIndex) {
+  if (laneIndex < 0 || laneIndex >= kAsyncLanes) throw std::out_of_range("lane " + std::to_string(laneIndex) + " is not 0.." + std::to_string(kAsyncLanes - 1));
+  return lane(laneIndex).submit(std::move(job)) * kAsyncLanes + (uint64_t)laneIndex;
+}
+AsyncDone asyncWait(uint64_t ticket) {
+  try {
+    return lane((int)(ticket % kAsyncLanes)).wait(ticket / kAsyncLanes);
+  } catch (const std::out_of_range&) {
+    throw std::out_of_range("ticket " + std::to_string(ticket) + " is not a batch in flight");
+  }
+}
 
 }  // namespace np::io

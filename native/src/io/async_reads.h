@@ -1,6 +1,7 @@
 // Reads that complete in the background while the caller computes: a batch of loader reads
-// into staging, then copies from staging into their destinations, run FIFO on one background
-// thread per process. The thread mostly sleeps in the kernel (io_uring or the pread pool does
+// into staging, then copies from staging into their destinations, run FIFO on a lane: one
+// background thread per lane and process (the inline decoder's reads ahead on lane 0, a layer's
+// own misses on lane 1, so they do not queue behind a batch for a later layer). The thread mostly sleeps in the kernel (io_uring or the pread pool does
 // the I/O), so it does not take a core from compute. The caller waits for a ticket before it
 // touches the destinations; the job holds references to its buffers, so freeing one while a
 // job is in flight is safe.
@@ -36,8 +37,10 @@ struct AsyncDone {
   double t0Us, t1Us;
 };
 
-// Queues the job; returns its ticket (> 0).
-uint64_t asyncSubmit(AsyncJob&& job);
+constexpr int kAsyncLanes = 2;
+
+// Queues the job on lane 0..kAsyncLanes-1 (std::out_of_range otherwise); returns its ticket (> 0).
+uint64_t asyncSubmit(AsyncJob&& job, int lane = 0);
 // Blocks until the ticket's job is done and forgets it; returns what it did or throws the
 // job's error (std::runtime_error). Unknown tickets (never issued, or already waited for) throw
 // std::out_of_range.

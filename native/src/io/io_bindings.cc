@@ -204,8 +204,9 @@ Napi::Value ReadBatch(const Napi::CallbackInfo& info) {
 }
 
 // readBatchStart(loaderId, requests, copyDst, copySrc, copies: Float64Array of
-//                [dstOffset, srcOffset, length] per copy) -> ticket
-// The reads, then the copies (copySrc -> copyDst), run in the background (async_reads.h).
+//                [dstOffset, srcOffset, length] per copy[, lane = 0]) -> ticket
+// The reads, then the copies (copySrc -> copyDst), run in the background on the lane's thread
+// (async_reads.h). A single-issuer loader must always be read on the same lane.
 Napi::Value ReadBatchStart(const Napi::CallbackInfo& info) {
   const char* fn = "readBatchStart";
   Napi::Env env = info.Env();
@@ -225,11 +226,18 @@ Napi::Value ReadBatchStart(const Napi::CallbackInfo& info) {
   const std::string bad = copiesError(r, nCopies, dst->size, src->size, "copy");
   if (!bad.empty()) rangeErr(env, fn, bad);
   for (size_t i = 0; i < nCopies; i++) job.copies.push_back({dst->ptr + (size_t)r[3 * i], src->ptr + (size_t)r[3 * i + 1], (size_t)r[3 * i + 2]});
+  int lane = 0;
+  if (info.Length() > 5 && !info[5].IsUndefined()) {
+    if (!info[5].IsNumber()) typeErr(env, fn, "lane must be a number");
+    const double v = info[5].As<Napi::Number>().DoubleValue();
+    if (!(v >= 0 && v < kAsyncLanes && v == std::floor(v))) rangeErr(env, fn, "lane " + fmt(v) + " is not 0.." + std::to_string(kAsyncLanes - 1));
+    lane = (int)v;
+  }
   job.loader = l;
   for (auto& [id, b] : bufs) job.keep.push_back(b);
   job.keep.push_back(dst);
   job.keep.push_back(src);
-  return Napi::Number::New(env, (double)asyncSubmit(std::move(job)));
+  return Napi::Number::New(env, (double)asyncSubmit(std::move(job), lane));
 }
 
 // readBatchWait(ticket) -> { bytes, t0, t1 } (t0/t1: when the background thread ran the batch,

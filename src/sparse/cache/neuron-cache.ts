@@ -70,6 +70,8 @@ export interface Loader {
   directIO: boolean;
   /** The loader of reads ahead (a queue deep enough for a whole batch), or -1. */
   aheadId: number;
+  /** The loader of a layer's own misses read in the background (readAhead's `now`, lane 1), or -1: they go through aheadId. */
+  nowId: number;
 }
 
 export class NeuronCache {
@@ -633,7 +635,9 @@ export class NeuronCache {
       n++;
     }
     if (n === 0) return 0;
-    const ticket = this.n.readBatchStart(this.loader.aheadId, reqs.subarray(0, 4 * r), this.arena, this.aheadStaging, copies.subarray(0, c));
+    // a layer's own misses on their own loader and lane: not behind a batch for a later layer
+    const lane = now && this.loader.nowId >= 0 ? 1 : 0;
+    const ticket = this.n.readBatchStart(lane ? this.loader.nowId : this.loader.aheadId, reqs.subarray(0, 4 * r), this.arena, this.aheadStaging, copies.subarray(0, c), lane);
     this.aheadSeq++;
     this.ahead.push({ ticket, layer, neurons, reads: r, now });
     this.aheadPending += n;
