@@ -1,10 +1,10 @@
 // Reads that complete in the background while the caller computes: a batch of loader reads
 // into staging, then copies from staging into their destinations, run FIFO on a lane: one
 // background thread per lane and process (the inline decoder's reads ahead on lane 0, a layer's
-// own misses on lane 1, so they do not queue behind a batch for a later layer). The thread mostly sleeps in the kernel (io_uring or the pread pool does
-// the I/O), so it does not take a core from compute. The caller waits for a ticket before it
-// touches the destinations; the job holds references to its buffers, so freeing one while a
-// job is in flight is safe.
+// own misses on lane 1, so they do not queue behind a batch for a later layer). A thread mostly
+// sleeps in the kernel (io_uring or the pread pool does the I/O), so it does not take a core
+// from compute. The caller waits for a ticket before it touches the destinations; the job holds
+// references to its buffers, so freeing one while a job is in flight is safe.
 #pragma once
 #include <cstddef>
 #include <cstdint>

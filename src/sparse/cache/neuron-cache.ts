@@ -666,8 +666,9 @@ export class NeuronCache {
   }
 
   /**
-   * Wait for the batches in flight up to and including the last one for `layer` (batches complete
-   * in the order they were issued); with keepNow, the last one that is not the layer's `now` batch.
+   * Wait for the batches in flight up to and including the last one for `layer`, in the order they
+   * were issued (on two lanes they may complete in another); with keepNow, up to the last one that
+   * is not the layer's `now` batch.
    */
   settleLayer(layer: number, keepNow = false): readonly AheadDone[] {
     if (this.ahead.length === 0) return NONE_DONE;
