@@ -123,7 +123,7 @@ export class InlineDecoder implements Decoder {
     const { cache, plan, pack } = this.parts;
     const ahead = this.readAhead && cache.aheadStaging >= 0;
     const block = cache.pinned ? pack.upDownBlock : pack.bundleBytes;
-    const now = ahead && this.readNow && !cache.pinned;
+    const now = ahead && this.readsNow;
     const batches = this.aheadBatches();
     return `decoder: inline (sparse FFN on the calling thread: predict, read what is missing, compute)${ahead ? `; reads ahead: the next ${this.aheadLayers} layers' likely-firing neurons in the background (${cache.pinned ? "up+down blocks" : "whole bundles"}), up to ${Math.floor(plan.readAheadBytes / block / batches)} per layer` : ""}${now ? "; a layer's predicted cold neurons not resident are read in the background while its resident gates are computed" : ""}`;
   }
@@ -182,7 +182,7 @@ export class InlineDecoder implements Decoder {
     const { P, slots, aPos, aSlots } = steps;
     // without pinned gate rows, the predicted neurons not resident are read in the background now
     // (whole bundles, one request a run) while the resident gates are computed
-    const now = ahead && this.readNow && !cache.pinned && cache.readAhead(layer, P, nP, this.aheadBatches(), true) > 0;
+    const now = ahead && this.readsNow && cache.readAhead(layer, P, nP, this.aheadBatches(), true) > 0;
     if (now) clock?.mark("predictor", "predict", layer);
     for (let start = 0; start < nP; ) {
       if (!cache.pinned) this.settle(layer, true); // the gate rows read ahead land before they are used (traced here)
@@ -216,9 +216,14 @@ export class InlineDecoder implements Decoder {
     }
   }
 
-  /** Batches of reads ahead in flight at most: one per layer ahead, and the layer's own misses (readNow). */
+  /** Are a layer's own misses read in the background (readNow; only without pinned gate rows)? */
+  private get readsNow(): boolean {
+    return this.readNow && !this.parts.cache.pinned;
+  }
+
+  /** Batches of reads ahead in flight at most: one per layer ahead, and the layer's own misses (readsNow). */
   private aheadBatches(): number {
-    return this.aheadLayers + (this.readNow && !this.parts.cache.pinned ? 1 : 0);
+    return this.aheadLayers + (this.readsNow ? 1 : 0);
   }
 
   /** The landing rows of `layer` for the gate step, and how it waits for them (traced). */

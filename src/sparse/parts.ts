@@ -221,8 +221,9 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
   if (plan.readAheadBytes > 0) {
     try {
       const queueDepth = Math.max(info.queueDepth, Math.min(4096, Math.floor(plan.readAheadBytes / pack.upDownBlock)));
-      aheadId = n.openLoader(path, { backend: info.backend, directIO: info.directIO, queueDepth, singleIssuer: true });
-      if (!plan.gatesPinned) nowId = n.openLoader(path, { backend: info.backend, directIO: info.directIO, queueDepth, singleIssuer: true });
+      const background = () => n.openLoader(path, { backend: info.backend, directIO: info.directIO, queueDepth, singleIssuer: true });
+      aheadId = background();
+      if (!plan.gatesPinned) nowId = background();
     } catch (e) {
       n.closeLoader(loaderId);
       if (aheadId >= 0) n.closeLoader(aheadId);
