@@ -118,6 +118,12 @@ describe("inspector server", () => {
     const early = await connectViewer(inspector.wsUrl);
     open.push(startMiniSystem(inspector.inspect));
     await waitFor(() => early.msgs.filter((m) => m.type === "@xstate.actor" && m.name === "token").length >= 4, "four tokens");
+    // the fourth token actor can appear before the pipeline's snapshot counts it: wait for that too
+    // (under load the late client once connected in between and saw token 3)
+    await waitFor(() => {
+      const root = early.actor("pipeline");
+      return !!root && early.msgs.some((m) => m.type === "@xstate.snapshot" && m.sessionId === root.sessionId && Number(m.snapshot?.context?.token) >= 4);
+    }, "token 4 in the pipeline's snapshot");
     const late = await connectViewer(inspector.wsUrl);
     await waitFor(() => ["pipeline", "io-loader", "compute:big"].every((n) => late.actor(n)), "replayed actors");
     for (const name of ["pipeline", "io-loader", "compute:big"]) {
