@@ -17,6 +17,7 @@ import { writePack } from "../../src/sparse/pack/write.js";
 import type { SpanRecord, TokenRecord } from "../../src/trace/recorder.js";
 import { tokenBudget } from "../../src/trace-tools/budget.js";
 import type { MachineBounds } from "../../src/plan/machine.js";
+import type { InlineDecoder } from "../../src/decode/inline.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const defaultModel = join(root, "models", "neuronpipe-default.gguf");
@@ -149,3 +150,35 @@ describe.each([
     expect(inTokens).toBeGreaterThan(aheadBytes);
   }, 120_000);
 });
+
+// A layer's own misses read in the background (without pinned gate rows) are still misses: the
+// hit rate counts what was resident when the layer's predictor asked, whoever then reads the rest.
+// Reference: the same first decode step with those misses read on the critical path instead
+// (same cache state before it, same predicted and fired neurons).
+it("a layer's own misses read in the background count as misses, as many as when read on the critical path", async () => {
+  const memory = budget(0.45, true);
+  const firstStep: { gateMisses: number; upDownMisses: number; logits: Float32Array }[] = [];
+  for (const readNow of [false, true]) {
+    const m = await loadSparseModel(packPath, { memory, predictor: "trained", decoder: "inline", contextSize: ctx, pinGates: false, readAhead: 64, coldKeep: 0.9 });
+    try {
+      (m.decoder as InlineDecoder).readNow = readNow;
+      const sp = m.sparse!;
+      const s = m.createSession({ contextSize: ctx });
+      s.evaluate(m.tokenizer.encode("The whale"));
+      sp.cache.resetStats();
+      const logits = s.evaluate([dense[0]!]);
+      s.dispose();
+      // layer 0: the first the step computes, so no read ahead of this step reached it yet
+      const st = sp.cache.stats[0]!;
+      expect(st.aheadReads > 0, `readNow ${readNow}`).toBe(readNow);
+      firstStep.push({ gateMisses: st.gateAccesses - st.gateHits, upDownMisses: st.upDownAccesses - st.upDownHits, logits });
+    } finally {
+      await m[Symbol.asyncDispose]();
+    }
+  }
+  const [critical, background] = firstStep;
+  expect(Buffer.from(background!.logits.buffer).equals(Buffer.from(critical!.logits.buffer))).toBe(true);
+  expect(critical!.gateMisses).toBeGreaterThan(0);
+  expect(background!.gateMisses).toBe(critical!.gateMisses);
+  expect(background!.upDownMisses).toBe(critical!.upDownMisses);
+}, 120_000);

@@ -21,10 +21,14 @@ import { ReadBatcher, type ReadBatch } from "./read-batcher.js";
 import { SlotLru } from "./slot-lru.js";
 
 export interface LayerCacheStats {
-  /** Gate rows needed (predicted neurons) and how many were already resident. */
+  /**
+   * Gate rows needed (predicted neurons) and how many were already resident: there, or read ahead
+   * before the layer's predictor ran. A layer's own misses read in the background (readAhead's
+   * `now`) are misses, gate and up+down: they were read because the layer asked for them.
+   */
   gateAccesses: number;
   gateHits: number;
-  /** Up+down rows needed (neurons whose gate fired) and how many were already resident. */
+  /** Up+down rows needed (neurons whose gate fired) and how many were already resident (as above). */
   upDownAccesses: number;
   upDownHits: number;
   /** Bytes and read requests issued to storage (reads ahead included). */
@@ -132,6 +136,9 @@ export class NeuronCache {
   private aheadPending = 0;
   private aheadSeq = 0;
   private readonly aheadArrived = new Map<number, Set<number>>();
+  // the misses of the layer being computed that its `now` batch reads (counted as misses); a
+  // lease of another layer ends it
+  private nowRead?: { layer: number; neurons: Set<number> };
 
   constructor(
     readonly pack: Pack,
@@ -316,6 +323,7 @@ export class NeuronCache {
     const hotLimit = this.hotLimit[layer]!;
     const tick = ++this.tick;
     if (!this.reads.isDeferred) this.beginLease(tick);
+    if (this.nowRead && this.nowRead.layer !== layer) this.nowRead = undefined;
     this.reads.phase = "gate";
     this.reads.layer = layer;
     const coldCap = this.lruSlots;
@@ -352,10 +360,11 @@ export class NeuronCache {
     this.settleLayer(layer, true);
     if (this.aheadPending > 0 && this.coldUsed >= coldCap - this.aheadPending) this.settle();
     const cap = coldCap - this.aheadPending;
+    const readNow = this.nowRead?.neurons;
     for (; i < end; i++) {
       const p = positions[i]!;
       const g = base + p;
-      const hit = this.slotOf[g]! >= 0; // resident before this access: no read needed
+      const hit = this.slotOf[g]! >= 0 && !readNow?.has(g); // resident before this access: no read needed
       // a hot neuron goes through its cluster when the cluster is resident, or when enough of
       // the cluster is predicted to be worth one sequential read; otherwise the cold path
       const cl = (g / this.C) | 0;
@@ -401,6 +410,7 @@ export class NeuronCache {
     const ud = this.pack.upBytes + this.pack.downBytes;
     this.settleLayer(layer); // batches for later layers stay in flight: their slots are not taken here
     const ahead = this.aheadArrived.get(layer);
+    const readNow = this.nowRead?.layer === layer ? this.nowRead.neurons : undefined;
     this.reads.phase = "updown";
     this.reads.layer = layer;
     for (let k = 0; k < count; k++) {
@@ -409,7 +419,7 @@ export class NeuronCache {
       st.upDownAccesses++;
       let s = this.slotOf[g]!;
       if (this.state[g] === FULL) {
-        st.upDownHits++;
+        if (!readNow?.has(g)) st.upDownHits++;
         if (ahead?.delete(g)) st.aheadUsed++;
         if (this.pinned && s >= this.plan.hotSlots && !this.kept[s]) this.lru.touch(s);
         // a compute worker may be reading the resident ones' entries right now: write only what changes
@@ -582,6 +592,7 @@ export class NeuronCache {
    * for it (settleLayer's keepNow): the caller settles before it computes a landing neuron.
    */
   readAhead(layer: number, positions: Int32Array, count: number, batches = 1, now = false): number {
+    if (now) this.nowRead = undefined;
     if (this.aheadStaging < 0 || this.loader.aheadId < 0 || this.reads.isDeferred) return 0;
     while (this.ahead.length >= batches) this.settleOne();
     this.beginLease();
@@ -606,6 +617,9 @@ export class NeuronCache {
     let p0 = -2; // first and last position of the open request
     let pLast = -2;
     const hot = now ? this.hotLimit[layer]! : 0; // positions below are left to loadGates
+    // the layer's own resident neurons first go to the head of the LRU, so the slots this batch
+    // takes are not theirs (as many as a lease of loadGates could touch with this batch in it)
+    if (now) this.touchResident(layer, positions, count, this.lruSlots - this.aheadPending - Math.min(m, limit));
     for (let k = 0; k < count && n < limit; k++) {
       const p = positions[k]!;
       const g = base + p;
@@ -640,6 +654,7 @@ export class NeuronCache {
     const ticket = this.n.readBatchStart(lane ? this.loader.nowId : this.loader.aheadId, reqs.subarray(0, 4 * r), this.arena, this.aheadStaging, copies.subarray(0, c), lane);
     this.aheadSeq++;
     this.ahead.push({ ticket, layer, neurons, reads: r, now });
+    if (now) this.nowRead = { layer, neurons };
     this.aheadPending += n;
     const st = this.stats[layer]!;
     st.bytesRead += used;
@@ -705,6 +720,18 @@ export class NeuronCache {
   }
 
   // ---- internals ----------------------------------------------------------------------
+
+  /** Touch the LRU slots (cold, not kept) of (layer, positions[k]) that are resident, at most `max`, the first ones most recent. */
+  private touchResident(layer: number, positions: Int32Array, count: number, max: number): void {
+    const base = layer * this.nFF;
+    const hotSlots = this.plan.hotSlots;
+    const slots: number[] = [];
+    for (let k = 0; k < count && slots.length < max; k++) {
+      const s = this.slotOf[base + positions[k]!]!;
+      if (s >= hotSlots && this.kept[s] !== 1) slots.push(s);
+    }
+    for (let i = slots.length - 1; i >= 0; i--) this.lru.touch(slots[i]!);
+  }
 
   private bundleOffset(layer: number, p: number): number {
     return this.pack.layers[layer]!.bundlesOffset + p * this.pack.bundleBytes;
