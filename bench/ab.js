@@ -16,23 +16,21 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
+import { benchArgs } from "./lib/usage.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const { values: v } = parseArgs({
-  options: {
-    old: { type: "string" },
-    new: { type: "string", default: resolve(here, "..") },
-    reps: { type: "string", default: "7" },
-    tokens: { type: "string", default: "200" },
-    "7b": { type: "string" },
-    "7b-budget": { type: "string" },
-    "7b-tokens": { type: "string", default: "32" },
-    "7b-reps": { type: "string", default: "3" },
-    threads: { type: "string", default: "2" },
-    out: { type: "string" },
-    "skip-speed": { type: "boolean", default: false },
-  },
+const { values: v } = benchArgs(import.meta.url, {
+  old: { type: "string" },
+  new: { type: "string", default: resolve(here, "..") },
+  reps: { type: "string", default: "7" },
+  tokens: { type: "string", default: "200" },
+  "7b": { type: "string" },
+  "7b-budget": { type: "string" },
+  "7b-tokens": { type: "string", default: "32" },
+  "7b-reps": { type: "string", default: "3" },
+  threads: { type: "string", default: "2" },
+  out: { type: "string" },
+  "skip-speed": { type: "boolean", default: false },
 });
 if (!v.old) {
   process.stderr.write("usage: node bench/ab.js --old OLD_CHECKOUT [--new NEW_CHECKOUT] [--reps N] [--7b PACK --7b-budget BYTES]\n");

@@ -23,22 +23,20 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
+import { benchArgs } from "./lib/usage.mjs";
 
 const rootDir = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const { values: v } = parseArgs({
-  options: {
-    dir: { type: "string" },
-    tokens: { type: "string", default: "4096" },
-    "tokens-7b": { type: "string", default: "1024" },
-    "cold-from": { type: "string", default: "0.3" },
-    model: { type: "string" },
-    text: { type: "string" },
-    name: { type: "string" },
-    out: { type: "string", default: join(rootDir, "bench", "results", "coactivation.json") },
-    ...SEVEN_B_OPTIONS,
-  },
+const { values: v } = benchArgs(import.meta.url, {
+  dir: { type: "string" },
+  tokens: { type: "string", default: "4096" },
+  "tokens-7b": { type: "string", default: "1024" },
+  "cold-from": { type: "string", default: "0.3" },
+  model: { type: "string" },
+  text: { type: "string" },
+  name: { type: "string" },
+  out: { type: "string", default: join(rootDir, "bench", "results", "coactivation.json") },
+  ...SEVEN_B_OPTIONS,
 });
 const dist = (p) => import(pathToFileURL(join(rootDir, "dist", "src", p)).href);
 const { loadModel } = await dist("api/model.js");

@@ -31,25 +31,23 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { buildPlantedModel, PLANTED_SIZES } from "./lib/planted-model.mjs";
 import { cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
+import { benchArgs } from "./lib/usage.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
-const { values: v } = parseArgs({
-  options: {
-    dir: { type: "string" },
-    tokens: { type: "string", default: "128" },
-    "tokens-7b": { type: "string", default: "12" },
-    "no-llama": { type: "boolean" },
-    parts: { type: "string", default: "default,synthetic,7b,7b-grid,fig9" },
-    "sizes-dir": { type: "string", default: join(benchDir, ".models", "sizes") },
-    rounds: { type: "string" },
-    lock: { type: "string" },
-    out: { type: "string", default: join(rootDir, "bench", "results", "planner.json") },
-    ...SEVEN_B_OPTIONS,
-  },
+const { values: v } = benchArgs(import.meta.url, {
+  dir: { type: "string" },
+  tokens: { type: "string", default: "128" },
+  "tokens-7b": { type: "string", default: "12" },
+  "no-llama": { type: "boolean" },
+  parts: { type: "string", default: "default,synthetic,7b,7b-grid,fig9" },
+  "sizes-dir": { type: "string", default: join(benchDir, ".models", "sizes") },
+  rounds: { type: "string" },
+  lock: { type: "string" },
+  out: { type: "string", default: join(rootDir, "bench", "results", "planner.json") },
+  ...SEVEN_B_OPTIONS,
 });
 const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
 const planner = await import(pathToFileURL(join(rootDir, "dist", "src", "plan", "planner.js")).href);

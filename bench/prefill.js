@@ -17,28 +17,26 @@ import { spawn } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { cgroupReport, createCgroup, evictFile, memoryCgroupRoot, removeCgroup, sampleCgroup } from "./lib/measure.mjs";
 import { cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
+import { benchArgs } from "./lib/usage.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
 const log = (...a) => process.stderr.write(`[bench:prefill] ${a.join(" ")}\n`);
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
-const { values: v } = parseArgs({
-  options: {
-    dir: { type: "string" },
-    lengths: { type: "string", default: "128,512" },
-    repeat: { type: "string", default: "3" },
-    threads: { type: "string", default: "2" },
-    ffn: { type: "string", default: "0.5" },
-    batch: { type: "string", default: "128" },
-    only: { type: "string" },
-    out: { type: "string", default: join(benchDir, "results", "prefill.json") },
-    child: { type: "string" },
-    ...SEVEN_B_OPTIONS,
-  },
+const { values: v } = benchArgs(import.meta.url, {
+  dir: { type: "string" },
+  lengths: { type: "string", default: "128,512" },
+  repeat: { type: "string", default: "3" },
+  threads: { type: "string", default: "2" },
+  ffn: { type: "string", default: "0.5" },
+  batch: { type: "string", default: "128" },
+  only: { type: "string" },
+  out: { type: "string", default: join(benchDir, "results", "prefill.json") },
+  child: { type: "string" },
+  ...SEVEN_B_OPTIONS,
 });
 v.dir = resolve(v.dir ?? process.env.NEURONPIPE_BENCH_DIR ?? join(benchDir, ".models"));
 const sevenB = sevenBFiles(v.dir, cofireOf(v));

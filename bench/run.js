@@ -21,8 +21,8 @@ import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } 
 import os from "node:os";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { cpuTimes, otherLoad } from "./lib/measure.mjs";
+import { benchArgs } from "./lib/usage.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
@@ -46,26 +46,22 @@ const DECODE_PROMPT = "Once upon a time, in a small village by the sea, there li
 const log = (...a) => process.stderr.write(`[bench] ${a.join(" ")}\n`);
 
 function parse() {
-  const { values } = parseArgs({
-    options: {
-      model: { type: "string" },
-      shape: { type: "string" },
-      type: { type: "string" },
-      quick: { type: "boolean", default: false },
-      threads: { type: "string" },
-      decode: { type: "string" },
-      prefill: { type: "string" },
-      repeat: { type: "string" },
-      engine: { type: "string", default: "both" },
-      out: { type: "string" },
-      dir: { type: "string" },
-      seed: { type: "string" },
-      "peer-flash-attention": { type: "boolean", default: false },
-      child: { type: "string" },
-      result: { type: "string" },
-      help: { type: "boolean", short: "h", default: false },
-    },
-    allowPositionals: false,
+  const { values } = benchArgs(import.meta.url, {
+    model: { type: "string" },
+    shape: { type: "string" },
+    type: { type: "string" },
+    quick: { type: "boolean", default: false },
+    threads: { type: "string" },
+    decode: { type: "string" },
+    prefill: { type: "string" },
+    repeat: { type: "string" },
+    engine: { type: "string", default: "both" },
+    out: { type: "string" },
+    dir: { type: "string" },
+    seed: { type: "string" },
+    "peer-flash-attention": { type: "boolean", default: false },
+    child: { type: "string" },
+    result: { type: "string" },
   });
   const int = (v, d, name) => {
     if (v === undefined) return d;
@@ -75,7 +71,6 @@ function parse() {
   };
   const quick = values.quick;
   return {
-    help: values.help,
     child: values.child,
     result: values.result,
     quick,
@@ -448,10 +443,6 @@ function report(o, model, machine, results) {
 
 async function main() {
   const o = parse();
-  if (o.help) {
-    console.log(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 19).map((l) => l.replace(/^\/\/ ?/, "")).join("\n"));
-    return;
-  }
   if (o.child) {
     const r = o.child === "neuronpipe" ? await childOurs(o) : o.child === "llama.cpp" ? await childPeer(o) : undefined;
     if (!r) throw new Error(`--child ${o.child}: unknown engine`);

@@ -18,18 +18,16 @@ import { spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
 import autocannon from "autocannon";
+import { benchArgs } from "./lib/usage.mjs";
 
 const rootDir = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const { values: v } = parseArgs({
-  options: {
-    model: { type: "string" },
-    connections: { type: "string", default: "8" },
-    duration: { type: "string", default: "60" },
-    "max-tokens": { type: "string", default: "64" },
-    out: { type: "string", default: join(rootDir, "bench", "results", "server.json") },
-  },
+const { values: v } = benchArgs(import.meta.url, {
+  model: { type: "string" },
+  connections: { type: "string", default: "8" },
+  duration: { type: "string", default: "60" },
+  "max-tokens": { type: "string", default: "64" },
+  out: { type: "string", default: join(rootDir, "bench", "results", "server.json") },
 });
 const log = (s) => process.stderr.write(`[server] ${s}\n`);
 const body = JSON.stringify({

@@ -11,20 +11,18 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { decodeSpeed } from "./lib/decode-speed.mjs";
 import { buildPlantedModel, PLANTED_SIZES } from "./lib/planted-model.mjs";
+import { benchArgs } from "./lib/usage.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
-const { values: v } = parseArgs({
-  options: {
-    dir: { type: "string", default: join(benchDir, ".models", "sizes") },
-    decode: { type: "string", default: "32" },
-    repeat: { type: "string", default: "3" },
-    threads: { type: "string", default: "2" },
-    out: { type: "string" },
-  },
+const { values: v } = benchArgs(import.meta.url, {
+  dir: { type: "string", default: join(benchDir, ".models", "sizes") },
+  decode: { type: "string", default: "32" },
+  repeat: { type: "string", default: "3" },
+  threads: { type: "string", default: "2" },
+  out: { type: "string" },
 });
 const threads = Number(v.threads);
 const decode = Number(v.decode);

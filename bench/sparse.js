@@ -48,7 +48,6 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import {
   acquireLock,
   cgroupReport,
@@ -64,6 +63,7 @@ import {
   spread,
 } from "./lib/measure.mjs";
 import { cofireOf, cofireSynthArgs, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
+import { benchArgs } from "./lib/usage.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
@@ -71,44 +71,37 @@ const cli = join(rootDir, "bin", "neuronpipe.js");
 const PROMPT = "Once upon a time, in a small village by the sea, there lived";
 const log = (...a) => process.stderr.write(`[bench:sparse] ${a.join(" ")}\n`);
 
-const { values: v } = parseArgs({
-  options: {
-    ffn: { type: "string", default: "0.5" },
-    decode: { type: "string", default: "32" },
-    threads: { type: "string", default: "2" },
-    ctx: { type: "string", default: "512" },
-    dir: { type: "string" },
-    out: { type: "string" },
-    repeat: { type: "string", default: "3" },
-    rounds: { type: "string", default: "3" },
-    warmup: { type: "string", default: "4" },
-    "limited-repeat": { type: "string", default: "2" },
-    "limited-decode": { type: "string", default: "16" },
-    "peer-limit-extra": { type: "string", default: String(256 * 2 ** 20) },
-    "peer-timeout": { type: "string", default: "600" },
-    "prebuilt-limited": { type: "boolean", default: false },
-    "no-evict": { type: "boolean", default: false },
-    only: { type: "string" },
-    lock: { type: "string" },
-    child: { type: "string" },
-    model: { type: "string" },
-    budget: { type: "string" },
-    result: { type: "string" },
-    engine: { type: "string" },
-    peer: { type: "string" },
-    "pin-gates": { type: "string" },
-    "read-ahead": { type: "string" },
-    "cold-keep": { type: "string" },
-    svg: { type: "string" },
-    prepare: { type: "boolean", default: false },
-    ...SEVEN_B_OPTIONS,
-    help: { type: "boolean", short: "h", default: false },
-  },
+const { values: v } = benchArgs(import.meta.url, {
+  ffn: { type: "string", default: "0.5" },
+  decode: { type: "string", default: "32" },
+  threads: { type: "string", default: "2" },
+  ctx: { type: "string", default: "512" },
+  dir: { type: "string" },
+  out: { type: "string" },
+  repeat: { type: "string", default: "3" },
+  rounds: { type: "string", default: "3" },
+  warmup: { type: "string", default: "4" },
+  "limited-repeat": { type: "string", default: "2" },
+  "limited-decode": { type: "string", default: "16" },
+  "peer-limit-extra": { type: "string", default: String(256 * 2 ** 20) },
+  "peer-timeout": { type: "string", default: "600" },
+  "prebuilt-limited": { type: "boolean", default: false },
+  "no-evict": { type: "boolean", default: false },
+  only: { type: "string" },
+  lock: { type: "string" },
+  child: { type: "string" },
+  model: { type: "string" },
+  budget: { type: "string" },
+  result: { type: "string" },
+  engine: { type: "string" },
+  peer: { type: "string" },
+  "pin-gates": { type: "string" },
+  "read-ahead": { type: "string" },
+  "cold-keep": { type: "string" },
+  svg: { type: "string" },
+  prepare: { type: "boolean", default: false },
+  ...SEVEN_B_OPTIONS,
 });
-if (v.help) {
-  process.stdout.write(readFileSync(fileURLToPath(import.meta.url), "utf8").split("\n").slice(1, 36).map((l) => l.replace(/^\/\/ ?/, "")).join("\n") + "\n");
-  process.exit(0);
-}
 const threads = Number(v.threads);
 // the 7B with co-firing groups (synth --cofire-group/--cofire-share), or without (0); by default
 // groups of 8 at share 0.7, the benchmark model that co-activates as the real default model does

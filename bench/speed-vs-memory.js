@@ -12,12 +12,12 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { decodeSpeed } from "./lib/decode-speed.mjs";
+import { benchArgs } from "./lib/usage.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 const rootDir = resolve(benchDir, "..");
-const { values: v } = parseArgs({ options: { tokens: { type: "string", default: "64" }, threads: { type: "string", default: "2" } } });
+const { values: v } = benchArgs(import.meta.url, { tokens: { type: "string", default: "64" }, threads: { type: "string", default: "2" } });
 const tokens = Number(v.tokens);
 const np = await import(pathToFileURL(join(rootDir, "dist", "src", "index.js")).href);
 const pack = join(rootDir, "models", "neuronpipe-default.pack.gguf");
