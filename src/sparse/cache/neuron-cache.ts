@@ -136,9 +136,9 @@ export class NeuronCache {
   private aheadPending = 0;
   private aheadSeq = 0;
   private readonly aheadArrived = new Map<number, Set<number>>();
-  // the misses of the layer being computed that its `now` batch reads (counted as misses); a
-  // lease of another layer ends it
-  private nowRead?: { layer: number; neurons: Set<number> };
+  // the layer's own misses: the neurons its `now` batch reads (counted as misses); a lease of
+  // another layer ends it
+  private ownMisses?: { layer: number; neurons: Set<number> };
 
   constructor(
     readonly pack: Pack,
@@ -323,7 +323,7 @@ export class NeuronCache {
     const hotLimit = this.hotLimit[layer]!;
     const tick = ++this.tick;
     if (!this.reads.isDeferred) this.beginLease(tick);
-    if (this.nowRead && this.nowRead.layer !== layer) this.nowRead = undefined;
+    if (this.ownMisses && this.ownMisses.layer !== layer) this.ownMisses = undefined;
     this.reads.phase = "gate";
     this.reads.layer = layer;
     const coldCap = this.lruSlots;
@@ -360,11 +360,11 @@ export class NeuronCache {
     this.settleLayer(layer, true);
     if (this.aheadPending > 0 && this.coldUsed >= coldCap - this.aheadPending) this.settle();
     const cap = coldCap - this.aheadPending;
-    const readNow = this.nowRead?.neurons;
+    const own = this.ownMisses?.neurons;
     for (; i < end; i++) {
       const p = positions[i]!;
       const g = base + p;
-      const hit = this.slotOf[g]! >= 0 && !readNow?.has(g); // resident before this access: no read needed
+      const hit = this.slotOf[g]! >= 0 && !own?.has(g); // resident before the layer asked: no read needed
       // a hot neuron goes through its cluster when the cluster is resident, or when enough of
       // the cluster is predicted to be worth one sequential read; otherwise the cold path
       const cl = (g / this.C) | 0;
@@ -410,7 +410,7 @@ export class NeuronCache {
     const ud = this.pack.upBytes + this.pack.downBytes;
     this.settleLayer(layer); // batches for later layers stay in flight: their slots are not taken here
     const ahead = this.aheadArrived.get(layer);
-    const readNow = this.nowRead?.layer === layer ? this.nowRead.neurons : undefined;
+    const own = this.ownMisses?.layer === layer ? this.ownMisses.neurons : undefined;
     this.reads.phase = "updown";
     this.reads.layer = layer;
     for (let k = 0; k < count; k++) {
@@ -419,7 +419,7 @@ export class NeuronCache {
       st.upDownAccesses++;
       let s = this.slotOf[g]!;
       if (this.state[g] === FULL) {
-        if (!readNow?.has(g)) st.upDownHits++;
+        if (!own?.has(g)) st.upDownHits++;
         if (ahead?.delete(g)) st.aheadUsed++;
         if (this.pinned && s >= this.plan.hotSlots && !this.kept[s]) this.lru.touch(s);
         // a compute worker may be reading the resident ones' entries right now: write only what changes
@@ -592,7 +592,7 @@ export class NeuronCache {
    * for it (settleLayer's keepNow): the caller settles before it computes a landing neuron.
    */
   readAhead(layer: number, positions: Int32Array, count: number, batches = 1, now = false): number {
-    if (now) this.nowRead = undefined;
+    if (now) this.ownMisses = undefined;
     if (this.aheadStaging < 0 || this.loader.aheadId < 0 || this.reads.isDeferred) return 0;
     while (this.ahead.length >= batches) this.settleOne();
     this.beginLease();
@@ -654,7 +654,7 @@ export class NeuronCache {
     const ticket = this.n.readBatchStart(lane ? this.loader.nowId : this.loader.aheadId, reqs.subarray(0, 4 * r), this.arena, this.aheadStaging, copies.subarray(0, c), lane);
     this.aheadSeq++;
     this.ahead.push({ ticket, layer, neurons, reads: r, now });
-    if (now) this.nowRead = { layer, neurons };
+    if (now) this.ownMisses = { layer, neurons };
     this.aheadPending += n;
     const st = this.stats[layer]!;
     st.bytesRead += used;
