@@ -43,6 +43,8 @@ export interface LayerReport {
   hidden: number;
   params: number;
   threshold: number;
+  /** linear with a cold share: the cold neurons' margin (threshold is the hot ones'). */
+  coldThreshold?: number;
   posWeight: number;
   loss: number;
   trainRecall: number;

@@ -10,7 +10,9 @@
 //              three native matmuls per step, Gram–Schmidt twice, then Rayleigh–Ritz (linalg.ts).
 //   margins    σ_i = rms(g_i − s_i) over fitting tokens, s = fc2·fc1·x̂ as quantised; a neuron
 //              is flagged when s_i > −κ·σ_i, κ the smallest reaching the target recall on the
-//              calibration tokens (held out of the fit). thresholds_i = −κ·σ_i.
+//              calibration tokens (held out of the fit). thresholds_i = −κ·σ_i. With a cold
+//              share (coldShare), the neurons firing least get a κ of their own: the cheapest
+//              pair reaching the same recall, a cold flag costing coldCost (cold-margins.ts).
 //   rank       among ranks 32, 64, … ≤ maxRank whose predictor fits sizeBudget of the layer's
 //              FFN bytes, the smallest flagging ≤ maxRatio× the neurons that fire (a flagged
 //              neuron costs a gate row, a read when it is not resident), else the most precise.
@@ -23,6 +25,7 @@ import { GGMLType, native } from "../native.js";
 import type { LinearPredictor, LayerReport } from "../sparse/predictor-file.js";
 import { Rng } from "../api/sampling.js";
 import { popcount8, type Collected } from "./collect-activations.js";
+import { coldMargins, coldNeurons, groupScores } from "./cold-margins.js";
 import { Mat, mulT, orthonormalizeRows, symmetricEigen, transpose } from "./linalg.js";
 
 export interface LinearFitOptions {
@@ -34,6 +37,14 @@ export interface LinearFitOptions {
   sizeBudget?: number;
   /** The smallest rank flagging at most this many times the neurons that fire (calibration tokens) is taken; if none does, the most precise (default 1.6). */
   maxRatio?: number;
+  /**
+   * Share of each layer's neurons, those firing least on the fitting tokens, that get a margin of
+   * their own (cold-margins.ts): the ones a memory budget leaves on storage, where a false flag
+   * costs a read. Default 0: one margin for every neuron.
+   */
+  coldShare?: number;
+  /** With coldShare: what a flag of a cold neuron costs, in flags of hot ones (default 32: a read against a gate row here). */
+  coldCost?: number;
   /** GGML type of fc1/fc2 rows (default Q8_0). */
   type?: number;
   /** Subspace iterations (default 4). */
@@ -103,6 +114,10 @@ export function fitLinearPredictors(model: Model, fit: Collected, cal: Collected
   const targetRecall = opts.targetRecall ?? 0.998;
   const sizeBudget = opts.sizeBudget ?? 0.15;
   const maxRatio = opts.maxRatio ?? 1.6;
+  const coldShare = opts.coldShare ?? 0;
+  const coldCost = opts.coldCost ?? 32;
+  if (!(coldShare >= 0 && coldShare < 1)) throw new RangeError(`coldShare must be in [0, 1), got ${coldShare}`);
+  if (!(coldCost > 0)) throw new RangeError(`coldCost must be positive, got ${coldCost}`);
   const iterations = opts.iterations ?? 4;
   const rng = new Rng(opts.seed ?? 1);
   const layers: LinearPredictor[] = [];
@@ -166,9 +181,10 @@ export function fitLinearPredictors(model: Model, fit: Collected, cal: Collected
       const gS = keep(new Mat(S, F));
       n.matmul(gate.type, gate.buf, gate.off, F, E, Xs.buf, 0, S, gS.buf, 0);
       const calBits = n.viewU8(cal.y[l]!, 0, cal.nTok * (F / 8));
+      const cold = coldShare > 0 ? coldNeurons(n.viewU8(fit.y[l]!, 0, fit.nTok * (F / 8)), fit.nTok, F, coldShare) : undefined;
       let positives = 0;
       for (const b of calBits) positives += popcount8(b);
-      let best: { r: number; cost: number; fc1: Uint8Array; fc2: Uint8Array; thr: Float32Array; kappa: number; calRecall: number; calFlagged: number; unexplained: number } | undefined;
+      let best: { r: number; cost: number; fc1: Uint8Array; fc2: Uint8Array; thr: Float32Array; kappa: number; kappaCold?: number; calRecall: number; calFlagged: number; unexplained: number } | undefined;
       for (let r = RANK_STEP; r <= maxRank; r += RANK_STEP) {
         const bytes = r * n.rowBytes(type, E) + F * n.rowBytes(type, r) + 4 * F;
         if (bytes > sizeBudget * layerFfnBytes && r > RANK_STEP) break;
@@ -215,8 +231,14 @@ export function fitLinearPredictors(model: Model, fit: Collected, cal: Collected
           for (let t = 0; t < cal.nTok; t++)
             for (let i = 0; i < F; i++) if ((calBits[t * (F / 8) + (i >> 3)]! >> (i & 7)) & 1) z[k++] = -sc[t * F + i]! / sig[i]!;
           z.sort();
-          const kappa = positives > 0 ? z[Math.min(positives - 1, Math.ceil(targetRecall * positives) - 1)]! * (1 + 1e-6) + 1e-9 : -Infinity;
-          const thr = Float32Array.from(sig, (s) => Math.fround(-kappa * s));
+          let kappa = positives > 0 ? z[Math.min(positives - 1, Math.ceil(targetRecall * positives) - 1)]! * (1 + 1e-6) + 1e-9 : -Infinity;
+          let thr = Float32Array.from(sig, (s) => Math.fround(-kappa * s));
+          // with a cold share: a margin per group, the cheapest pair reaching the same recall
+          const two = cold ? coldMargins(groupScores(sc, sig, calBits, cal.nTok, F, cold), targetRecall, coldCost) : undefined;
+          if (two) {
+            kappa = two.hot;
+            thr = Float32Array.from(sig, (s, i) => Math.fround(-(cold![i] ? two.cold : two.hot) * s));
+          }
           const c = confusion(sc, thr, calBits, cal.nTok, F);
           sC.free();
           const flaggedPerToken = (c.tp + c.fp) / Math.max(1, cal.nTok);
@@ -232,6 +254,7 @@ export function fitLinearPredictors(model: Model, fit: Collected, cal: Collected
               fc2: Uint8Array.from(n.viewU8(q2, 0, F * n.rowBytes(type, r))),
               thr,
               kappa,
+              kappaCold: two?.cold,
               calRecall: c.tp / Math.max(1, c.tp + c.fn),
               calFlagged: flaggedPerToken / F,
               unexplained: tot > 0 ? res / tot : 0,
@@ -256,6 +279,7 @@ export function fitLinearPredictors(model: Model, fit: Collected, cal: Collected
         hidden: b.r,
         params: b.r * (E + F),
         threshold: b.kappa,
+        ...(b.kappaCold !== undefined ? { coldThreshold: b.kappaCold } : {}),
         posWeight: 0,
         loss: b.unexplained,
         trainRecall: b.calRecall,

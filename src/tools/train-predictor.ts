@@ -47,6 +47,10 @@ export interface TrainOptions {
    * ≤ sizeBudget · that layer's FFN bytes as stored, default 0.15.
    */
   sizeBudget?: number;
+  /** linear: share of a layer's neurons (fewest firings) with a margin of their own (predictor-fit.ts, cold-margins.ts); default 0. */
+  coldShare?: number;
+  /** linear, with coldShare: a cold neuron's flag costs this many hot ones' (default 32). */
+  coldCost?: number;
   /** Use at most this many training tokens (after the split). */
   maxTrainTokens?: number;
   onProgress?: (phase: "collect-train" | "collect-eval" | "train" | "eval", done: number, total: number) => void;
@@ -128,6 +132,8 @@ export function trainPredictors(model: Model, tokens: readonly number[], opts: T
     maxHidden: opts.maxHidden ?? 256,
     sizeBudget: opts.sizeBudget ?? (form === "linear" ? 0.15 : 0.1),
     calibrationFraction: opts.calibrationFraction ?? (form === "linear" ? 0.15 : 0),
+    coldShare: opts.coldShare ?? 0,
+    coldCost: opts.coldCost ?? 32,
   };
   if (!(o.calibrationFraction >= 0 && o.calibrationFraction < 1)) throw new RangeError(`calibrationFraction must be in [0, 1), got ${o.calibrationFraction}`);
   const { nLayer, nEmbd, nFF } = model.config;
@@ -238,6 +244,8 @@ function trainLinear(model: Model, trainToks: readonly number[], evalToks: reado
       maxRank: o.maxRank,
       targetRecall: o.targetRecall,
       sizeBudget: o.sizeBudget,
+      coldShare: o.coldShare,
+      coldCost: o.coldCost,
       seed: o.seed,
       onLayer: (l) => {
         opts.signal?.throwIfAborted();

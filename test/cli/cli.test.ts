@@ -154,6 +154,9 @@ describe("neuronpipe CLI", () => {
     expect(shipped.code).toBe(2);
     expect(shipped.err).toMatch(/neuronpipe-default\.gguf\.profile\.gguf exists and ships with neuronpipe/);
     expect((await cli("train-predictor")).err).toMatch(/neuronpipe-default\.gguf\.predictor\.gguf exists and ships with neuronpipe/);
+    // a share of every neuron leaves no hot group: refused before any work
+    const share = await cli("train-predictor", "--out", join(dir, "cold.predictor.gguf"), "--cold-share", "1");
+    expect([share.code, share.err.trim()]).toEqual([2, 'neuronpipe train-predictor: --cold-share must be a number from 0 to 0.99, got "1"\n(`neuronpipe train-predictor --help` lists the options)']);
   });
 
   it("quantize re-encodes an f32 model into the bytes synth writes for that type directly", async () => {

@@ -225,4 +225,63 @@ describe("the default model", () => {
       c.dispose();
     }
   }, 300_000);
+
+  it("with a cold share, the half of the neurons firing least takes fewer flags at the same recall (judged on tokens it never saw)", () => {
+    const cold = trainPredictors(model, tokens, { maxTrainTokens: 40000, coldShare: 0.5, coldCost: 32 });
+    expect([cold.options.coldShare, cold.options.coldCost]).toEqual([0.5, 32]);
+    for (const l of cold.report) {
+      expect(l.trainRecall).toBeGreaterThanOrEqual(0.9975); // the target, on the calibration tokens
+      expect(l.recall).toBeGreaterThanOrEqual(0.99);
+      expect(l.coldThreshold).toBeTypeOf("number");
+    }
+    // the last 600 tokens, grouped by this test's own count of firings on them
+    const { nEmbd: E, nFF: F } = model.config;
+    const c = collectActivations(model, tokens.slice(tokens.length - 600), { input: "xb" });
+    const flags = (r: PredictorResult) => {
+      let hot = 0;
+      let coldFlags = 0;
+      let found = 0;
+      let positives = 0;
+      for (let layer = 0; layer < model.config.nLayer; layer++) {
+        const y = n.viewU8(c.y[layer]!, 0, c.nTok * (F / 8));
+        const bit = (t: number, i: number) => (y[t * (F / 8) + (i >> 3)]! >> (i & 7)) & 1;
+        const fired = new Uint32Array(F);
+        for (let t = 0; t < c.nTok; t++) for (let i = 0; i < F; i++) fired[i] += bit(t, i);
+        const byFirings = Array.from(fired.keys()).sort((a, b) => fired[a]! - fired[b]! || b - a);
+        const isCold = new Uint8Array(F);
+        for (let k = 0; k < F / 2; k++) isCold[byFirings[k]!] = 1;
+        const p = r.layers[layer] as LinearPredictor;
+        const [w1, w2, h, s] = [n.alloc(p.fc1.length), n.alloc(p.fc2.length), n.alloc(c.nTok * p.hidden * 4), n.alloc(c.nTok * F * 4)];
+        try {
+          n.viewU8(w1, 0, p.fc1.length).set(p.fc1);
+          n.viewU8(w2, 0, p.fc2.length).set(p.fc2);
+          n.matmul(p.type, w1, 0, p.hidden, E, c.x[layer]!, 0, c.nTok, h, 0);
+          n.matmul(p.type, w2, 0, F, p.hidden, h, 0, c.nTok, s, 0);
+          const sv = n.viewF32(s, 0, c.nTok * F);
+          for (let t = 0; t < c.nTok; t++)
+            for (let i = 0; i < F; i++) {
+              const flagged = sv[t * F + i]! > p.thresholds[i]!;
+              if (flagged && isCold[i]) coldFlags++;
+              else if (flagged) hot++;
+              positives += bit(t, i);
+              if (flagged && bit(t, i)) found++;
+            }
+        } finally {
+          for (const b of [w1, w2, h, s]) n.free(b);
+        }
+      }
+      return { hot, cold: coldFlags, recall: found / positives };
+    };
+    try {
+      const one = flags(res);
+      const two = flags(cold);
+      console.log(`[linear predictor] flags per token, hot / cold half: one margin ${(one.hot / c.nTok).toFixed(1)} / ${(one.cold / c.nTok).toFixed(1)} (recall ${one.recall.toFixed(4)}), a cold margin ${(two.hot / c.nTok).toFixed(1)} / ${(two.cold / c.nTok).toFixed(1)} (recall ${two.recall.toFixed(4)})`);
+      expect(two.recall).toBeGreaterThanOrEqual(0.99);
+      expect(two.recall).toBeGreaterThan(one.recall - 0.001);
+      expect(two.cold).toBeLessThan(0.95 * one.cold);
+      expect(two.hot + 32 * two.cold).toBeLessThan(one.hot + 32 * one.cold);
+    } finally {
+      c.dispose();
+    }
+  }, 300_000);
 });

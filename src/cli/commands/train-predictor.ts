@@ -20,6 +20,8 @@ export const trainPredictor: Command = {
     "size-budget": { type: "string" },
     epochs: { type: "string" },
     "target-recall": { type: "string" },
+    "cold-share": { type: "string" },
+    "cold-cost": { type: "string" },
     "train-fraction": { type: "string" },
     "max-hidden": { type: "string" },
     calibration: { type: "string" },
@@ -39,6 +41,8 @@ export const trainPredictor: Command = {
     "size-budget": "linear: a layer's predictor bytes ≤ this share of its FFN bytes (default 0.15); mlp: of its FFN parameters (default 0.1)",
     epochs: "mlp: passes over the training activations (default 3)",
     "target-recall": "recall the thresholds reach on the calibration tokens (linear) or the training split (mlp); default 0.998",
+    "cold-share": "linear: share of each layer's neurons, those firing least, whose margin is chosen apart: a false flag of one costs a read when it is offloaded (default 0: one margin for all)",
+    "cold-cost": "linear, with --cold-share: what a cold neuron's flag costs in hot ones' (default 32); the two margins are the cheapest reaching --target-recall",
     "train-fraction": "share of the corpus tokens used for training (default 0.8)",
     calibration: "share of the training tokens held out of fitting to choose the thresholds (linear: default 0.15; mlp: default 0, chosen on the fitting tokens)",
     "max-hidden": "mlp: upper bound of a layer's hidden width (default 256; the width is 0.75 × active neurons per token, rounded to 32)",
@@ -52,6 +56,8 @@ export const trainPredictor: Command = {
     const targetRecall = num(v["target-recall"], "target-recall", { min: 0 });
     const trainFraction = num(v["train-fraction"], "train-fraction", { min: 0 });
     const seed = num(v.seed, "seed", { int: true });
+    const coldShare = num(v["cold-share"], "cold-share", { min: 0, max: 0.99 });
+    const coldCost = num(v["cold-cost"], "cold-cost", { min: 1 });
     checkOverwrite((v.out as string | undefined) ?? `${(v.model as string | undefined) ?? defaultModelPath()}.predictor.gguf`, v);
     const { model, path, corpus, tokens } = await reluModelAndCorpus(v, 2);
     const out = (v.out as string | undefined) ?? `${path}.predictor.gguf`;
@@ -69,12 +75,16 @@ export const trainPredictor: Command = {
         seed,
         maxHidden: num(v["max-hidden"], "max-hidden", { int: true, min: 32 }),
         calibrationFraction: num(v.calibration, "calibration", { min: 0 }),
+        coldShare,
+        coldCost,
         onProgress: (phase, d, t) => (bars[phase] ??= progressBar(phase))(d, t),
       });
       await writePredictors(out, r, {
         modelName: String(model.file.metadata.get("general.name")?.value ?? path),
         corpus,
         modelFingerprint: modelFingerprint(path, model.file),
+        // the knob is stated in the file: the margins differ by group
+        ...(r.options.coldShare > 0 ? { notes: { cold_margins: `the ${r.options.coldShare} of each layer's neurons firing least have a margin of their own (blk.N.fc2.threshold), a flag of one costing ${r.options.coldCost} of the others'` } } : {}),
       });
       if (v.json) process.stdout.write(JSON.stringify({ out, form: r.options.form, report: r.report, meanRecall: r.meanRecall, predictorParams: r.predictorParams, ffnParams: r.ffnParams, predictorBytes: r.predictorBytes, ffnBytes: r.ffnBytes }) + "\n");
       else process.stdout.write(`${formatReport(r)}\nwrote ${out}\n`);
