@@ -40,6 +40,8 @@
 //            …-cofireN-shareS…, so one DIR holds them all). Default: groups of 8 at share 0.7,
 //            whose co-activation gain matches the real default model's (docs/benchmarks.md,
 //            2026-11-28 noon); --cofire-group 8 alone takes synth's share (0.9); 0: no groups
+//            --cold-share S (0.5: the predictors' cold share, `train-predictor --cold-share`; the
+//            files are named …-linear-coldS…; 0: one margin for every neuron, …-linear…)
 //
 // Building the model once: synth (~2 min), profile 1024 tokens (dense, ~2 min), fit the linear
 // predictors on 7,000 tokens (~15 min), pack (~3 min). Progress goes to stderr.
@@ -62,7 +64,7 @@ import {
   sampleCgroup,
   spread,
 } from "./lib/measure.mjs";
-import { cofireOf, cofireSynthArgs, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
+import { coldShareOf, cofireOf, cofireSynthArgs, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
 import { benchArgs } from "./lib/usage.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
@@ -106,6 +108,7 @@ const threads = Number(v.threads);
 // the 7B with co-firing groups (synth --cofire-group/--cofire-share), or without (0); by default
 // groups of 8 at share 0.7, the benchmark model that co-activates as the real default model does
 const cofire = cofireOf(v);
+const coldShare = coldShareOf(v);
 const decode = Number(v.decode);
 const ctx = Number(v.ctx);
 const reps = Number(v.repeat);
@@ -120,7 +123,7 @@ function run(args, what) {
 /** Build (or reuse) the model, its profile, predictors and pack. */
 async function prepare(dir) {
   mkdirSync(dir, { recursive: true });
-  const { model, profile, predictor, pack, corpus } = sevenBFiles(dir, cofire);
+  const { model, profile, predictor, pack, corpus } = sevenBFiles(dir, cofire, coldShare);
   if (!existsSync(model))
     run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", ...cofireSynthArgs(cofire), "--seed", "1", "--out", model], "synth");
   // A random-weight model writes random tokens, so its activations are profiled and its
@@ -129,10 +132,10 @@ async function prepare(dir) {
   if (!existsSync(profile)) run([cli, "profile", "--model", model, "--corpus", corpus, "--max-tokens", "1024", "--ctx", "256", "--threads", String(threads)], "profile");
   if (!existsSync(predictor))
     run(
-      // train-predictor's defaults (linear form); 7,000 tokens: 4,760 fitted (more than the 4,096
-      // input dimensions), 840 calibrate the margins, 1,400 held out — the activations of 7,000
-      // tokens × 32 layers are 3.7 GB of memory while they are collected
-      [cli, "train-predictor", "--model", model, "--corpus", corpus, "--max-tokens", "7000", "--out", predictor, "--threads", String(threads)],
+      // train-predictor's defaults (linear form) but the cold share; 7,000 tokens: 4,760 fitted
+      // (more than the 4,096 input dimensions), 840 calibrate the margins, 1,400 held out — the
+      // activations of 7,000 tokens × 32 layers are 3.7 GB of memory while they are collected
+      [cli, "train-predictor", "--model", model, "--corpus", corpus, "--max-tokens", "7000", "--out", predictor, "--threads", String(threads), ...(Number(coldShare) > 0 ? ["--cold-share", coldShare] : [])],
       "train-predictor",
     );
   if (!existsSync(pack)) run([cli, "pack", "--model", model, "--profile", profile, "--predictor", predictor, "--out", pack], "pack");

@@ -6,12 +6,17 @@
 // unless N is 0. By default groups of 8 at share 0.7: the model whose co-activation matches the
 // real default model's (docs/benchmarks.md, 2026-11-28 noon). `--cofire-group 8` alone takes
 // synth's share (0.9); `--cofire-group 0` is the model without groups.
+//
+// Its predictors are trained with `--cold-share 0.5` by default (`--cold-share S`; 0: one margin
+// for every neuron): the half of each layer's neurons firing least, those a budget of half the
+// FFN leaves on storage, get a margin of their own (docs/benchmarks.md, 2026-11-29 morning).
 import { join } from "node:path";
 
 /** parseArgs options every script that reads the 7B accepts. */
 export const SEVEN_B_OPTIONS = {
   "cofire-group": { type: "string" },
   "cofire-share": { type: "string" },
+  "cold-share": { type: "string" },
 };
 
 /** The co-firing groups asked for by parsed `SEVEN_B_OPTIONS` values: { group, share } (share undefined: synth's default). */
@@ -23,6 +28,13 @@ export function cofireOf(v) {
   return { group, share };
 }
 
+/** The predictors' cold share asked for by parsed `SEVEN_B_OPTIONS` values (a string as given; "0" for one margin). */
+export function coldShareOf(v) {
+  const s = v["cold-share"] ?? "0.5";
+  if (!(Number(s) >= 0 && Number(s) < 1)) throw new Error(`--cold-share must be in [0, 1), got ${s}`);
+  return s;
+}
+
 /** synth's flags for the co-firing groups. */
 export function cofireSynthArgs({ group, share }) {
   return group > 0 ? ["--cofire-group", String(group), ...(share !== undefined ? ["--cofire-share", share] : [])] : [];
@@ -30,19 +42,22 @@ export function cofireSynthArgs({ group, share }) {
 
 /**
  * The files of the 7B with these co-firing groups in `dir`: the plain model (…-cofireN-shareS.gguf,
- * or …-seed1.gguf without groups), its profile and linear predictors beside it, its pack, and the
- * corpus of random tokens it is profiled, trained and prompted on (one per directory).
+ * or …-seed1.gguf without groups), its profile and linear predictors beside it (…-linear-coldC
+ * with a cold share C > 0), its pack (named the same way), and the corpus of random tokens it is
+ * profiled, trained and prompted on (one per directory).
  */
-export function sevenBFiles(dir, cofire) {
+export function sevenBFiles(dir, cofire, coldShare = "0.5") {
   const { group, share } = cofire;
   const name = `llama2-7b-sparse-q4_0-seed1${group > 0 ? `-cofire${group}${share !== undefined ? `-share${share}` : ""}` : ""}`;
   const model = join(dir, `${name}.gguf`);
+  const linear = Number(coldShare) > 0 ? `linear-cold${coldShare}` : "linear";
   return {
     name,
     model,
     profile: `${model}.profile.gguf`,
-    predictor: `${model}.predictor-linear.gguf`,
-    pack: join(dir, `${name}-linear.pack.gguf`),
+    coldShare,
+    predictor: `${model}.predictor-${linear}.gguf`,
+    pack: join(dir, `${name}-${linear}.pack.gguf`),
     corpus: join(dir, "random-tokens-llama2-seed1-16k.txt"),
   };
 }
