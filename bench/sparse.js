@@ -123,7 +123,7 @@ function run(args, what) {
 /** Build (or reuse) the model, its profile, predictors and pack. */
 async function prepare(dir) {
   mkdirSync(dir, { recursive: true });
-  const { model, profile, predictor, pack, corpus } = sevenBFiles(dir, cofire, coldShare);
+  const { model, profile, predictor, predictorArgs, pack, corpus } = sevenBFiles(dir, cofire, coldShare);
   if (!existsSync(model))
     run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", ...cofireSynthArgs(cofire), "--seed", "1", "--out", model], "synth");
   // A random-weight model writes random tokens, so its activations are profiled and its
@@ -135,7 +135,7 @@ async function prepare(dir) {
       // train-predictor's defaults (linear form) but the cold share; 7,000 tokens: 4,760 fitted
       // (more than the 4,096 input dimensions), 840 calibrate the margins, 1,400 held out — the
       // activations of 7,000 tokens × 32 layers are 3.7 GB of memory while they are collected
-      [cli, "train-predictor", "--model", model, "--corpus", corpus, "--max-tokens", "7000", "--out", predictor, "--threads", String(threads), ...(Number(coldShare) > 0 ? ["--cold-share", coldShare] : [])],
+      [cli, "train-predictor", "--model", model, "--corpus", corpus, "--max-tokens", "7000", "--out", predictor, "--threads", String(threads), ...predictorArgs],
       "train-predictor",
     );
   if (!existsSync(pack)) run([cli, "pack", "--model", model, "--profile", profile, "--predictor", predictor, "--out", pack], "pack");

@@ -44,18 +44,20 @@ export function cofireSynthArgs({ group, share }) {
  * The files of the 7B with these co-firing groups in `dir`: the plain model (…-cofireN-shareS.gguf,
  * or …-seed1.gguf without groups), its profile and linear predictors beside it (…-linear-coldC
  * with a cold share C > 0), its pack (named the same way), and the corpus of random tokens it is
- * profiled, trained and prompted on (one per directory).
+ * profiled, trained and prompted on (one per directory), and train-predictor's flags for them.
  */
 export function sevenBFiles(dir, cofire, coldShare = "0.5") {
   const { group, share } = cofire;
   const name = `llama2-7b-sparse-q4_0-seed1${group > 0 ? `-cofire${group}${share !== undefined ? `-share${share}` : ""}` : ""}`;
   const model = join(dir, `${name}.gguf`);
-  const linear = Number(coldShare) > 0 ? `linear-cold${coldShare}` : "linear";
+  const cold = Number(coldShare) > 0;
+  const linear = cold ? `linear-cold${coldShare}` : "linear";
   return {
     name,
     model,
     profile: `${model}.profile.gguf`,
-    coldShare,
+    /** train-predictor's flags for these predictors */
+    predictorArgs: cold ? ["--cold-share", coldShare] : [],
     predictor: `${model}.predictor-${linear}.gguf`,
     pack: join(dir, `${name}-${linear}.pack.gguf`),
     corpus: join(dir, "random-tokens-llama2-seed1-16k.txt"),

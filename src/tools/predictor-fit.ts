@@ -100,6 +100,20 @@ export function confusion(s: Float32Array, thr: Float32Array, bits: Uint8Array, 
 }
 
 /**
+ * The one margin κ: the target share of the calibration positives have −s_i/σ_i below it
+ * (scores s (nTok, nFF), labels bits (nTok, nFF/8), σ (nFF)).
+ */
+function oneMargin(s: Float32Array, sig: Float64Array, bits: Uint8Array, nTok: number, nFF: number, positives: number, targetRecall: number): number {
+  if (positives === 0) return -Infinity;
+  const z = new Float64Array(positives);
+  let k = 0;
+  for (let t = 0; t < nTok; t++)
+    for (let i = 0; i < nFF; i++) if ((bits[t * (nFF / 8) + (i >> 3)]! >> (i & 7)) & 1) z[k++] = -s[t * nFF + i]! / sig[i]!;
+  z.sort();
+  return z[Math.min(positives - 1, Math.ceil(targetRecall * positives) - 1)]! * (1 + 1e-6) + 1e-9;
+}
+
+/**
  * Fit one linear predictor per layer. `fit` holds the fitting tokens' x̂ (ffn_norm outputs,
  * collected with input "xb") and labels; `cal` the calibration tokens'; `ev` the evaluation split's.
  */
@@ -223,22 +237,13 @@ export function fitLinearPredictors(model: Model, fit: Collected, cal: Collected
             res += sig[i]!;
             sig[i] = Math.sqrt(sig[i]! / S) + 1e-12;
           }
-          // κ: the target share of calibration positives have −s/σ below it
           const sC = scores(Xc);
           const sc = sC.data;
-          const z = new Float64Array(positives);
-          let k = 0;
-          for (let t = 0; t < cal.nTok; t++)
-            for (let i = 0; i < F; i++) if ((calBits[t * (F / 8) + (i >> 3)]! >> (i & 7)) & 1) z[k++] = -sc[t * F + i]! / sig[i]!;
-          z.sort();
-          let kappa = positives > 0 ? z[Math.min(positives - 1, Math.ceil(targetRecall * positives) - 1)]! * (1 + 1e-6) + 1e-9 : -Infinity;
-          let thr = Float32Array.from(sig, (s) => Math.fround(-kappa * s));
-          // with a cold share: a margin per group, the cheapest pair reaching the same recall
+          // one margin κ for every neuron, or with a cold share a margin per group: the cheapest
+          // pair reaching the same recall
           const two = cold ? coldMargins(groupScores(sc, sig, calBits, cal.nTok, F, cold), targetRecall, coldCost) : undefined;
-          if (two) {
-            kappa = two.hot;
-            thr = Float32Array.from(sig, (s, i) => Math.fround(-(cold![i] ? two.cold : two.hot) * s));
-          }
+          const kappa = two ? two.hot : oneMargin(sc, sig, calBits, cal.nTok, F, positives, targetRecall);
+          const thr = Float32Array.from(sig, (s, i) => Math.fround(-(two && cold![i] ? two.cold : kappa) * s));
           const c = confusion(sc, thr, calBits, cal.nTok, F);
           sC.free();
           const flaggedPerToken = (c.tp + c.fp) / Math.max(1, cal.nTok);

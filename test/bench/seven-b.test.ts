@@ -15,10 +15,12 @@ describe("the 7B bench model's files", () => {
     expect(f.model).toBe("/m/llama2-7b-sparse-q4_0-seed1-cofire8-share0.7.gguf");
     expect(f.predictor).toBe("/m/llama2-7b-sparse-q4_0-seed1-cofire8-share0.7.gguf.predictor-linear-cold0.5.gguf");
     expect(f.corpus).toBe("/m/random-tokens-llama2-seed1-16k.txt");
+    expect(f.predictorArgs).toEqual(["--cold-share", "0.5"]);
     // cold share 0: one margin, the files of the runs before 2026-11-29 (morning)
     const one = sevenBFiles("/m", c, coldShareOf({ "cold-share": "0" }));
     expect(one.pack).toBe("/m/llama2-7b-sparse-q4_0-seed1-cofire8-share0.7-linear.pack.gguf");
     expect(one.predictor).toBe("/m/llama2-7b-sparse-q4_0-seed1-cofire8-share0.7.gguf.predictor-linear.gguf");
+    expect(one.predictorArgs).toEqual([]);
   });
 
   it("--cofire-group 8 alone takes synth's share; 0 is the model without groups", () => {
