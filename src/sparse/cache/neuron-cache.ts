@@ -130,15 +130,21 @@ export class NeuronCache {
   private coldUsed = 0;
   private hotOrder?: Int32Array[]; // per layer: hot clusters by profiled firings, most first
   // batches of reads ahead in flight, oldest first (`now`: the misses of the layer being
-  // computed); the cold slots they hold; the neurons of the last look-ahead batch that arrived per
-  // layer (aheadUsed counts those that fire)
-  private ahead: { ticket: number; layer: number; neurons: Set<number>; reads: number; now: boolean }[] = [];
+  // computed), with their neurons (layer*nFF + p); the cold slots they hold
+  private aheadReqs = new Float64Array(0); // readAhead's requests and copies, reused
+  private aheadCopies = new Float64Array(0);
+  private readonly copyScratch = new Float64Array(6);
+  private ahead: { ticket: number; layer: number; neurons: Int32Array; reads: number; now: boolean }[] = [];
   private aheadPending = 0;
   private aheadSeq = 0;
-  private readonly aheadArrived = new Map<number, Set<number>>();
-  // the layer's own misses: the neurons its `now` batch reads (counted as misses); a lease of
-  // another layer ends it
-  private ownMisses?: { layer: number; neurons: Set<number> };
+  // the neurons of the last look-ahead batch that arrived per layer, marked in aheadMark (N)
+  // until they fire (aheadUsed counts those). Marks, not sets: every fired neuron is looked up.
+  private readonly aheadArrived: (Int32Array | undefined)[];
+  private readonly aheadMark: Uint8Array;
+  // the layer's own misses: the neurons its `now` batch reads (counted as misses), marked in
+  // ownMark (nFF, by pack position); a lease of another layer ends it
+  private ownMisses?: { layer: number; neurons: Int32Array };
+  private readonly ownMark: Uint8Array;
 
   constructor(
     readonly pack: Pack,
@@ -203,6 +209,9 @@ export class NeuronCache {
     this.stats = Array.from({ length: nLayer }, emptyCacheStats);
     this.kept = new Uint8Array(plan.coldKept > 0 ? S : 0);
     this.landing = new Uint8Array(nFF);
+    this.ownMark = new Uint8Array(nFF);
+    this.aheadMark = new Uint8Array(N);
+    this.aheadArrived = new Array<Int32Array | undefined>(nLayer).fill(undefined);
     this.lruSlots = plan.coldSlots;
   }
 
@@ -323,7 +332,7 @@ export class NeuronCache {
     const hotLimit = this.hotLimit[layer]!;
     const tick = ++this.tick;
     if (!this.reads.isDeferred) this.beginLease(tick);
-    if (this.ownMisses && this.ownMisses.layer !== layer) this.ownMisses = undefined;
+    if (this.ownMisses && this.ownMisses.layer !== layer) this.endOwnMisses();
     this.reads.phase = "gate";
     this.reads.layer = layer;
     const coldCap = this.lruSlots;
@@ -360,11 +369,11 @@ export class NeuronCache {
     this.settleLayer(layer, true);
     if (this.aheadPending > 0 && this.coldUsed >= coldCap - this.aheadPending) this.settle();
     const cap = coldCap - this.aheadPending;
-    const own = this.ownMisses?.neurons;
+    const own = this.ownMisses ? this.ownMark : undefined;
     for (; i < end; i++) {
       const p = positions[i]!;
       const g = base + p;
-      const hit = this.slotOf[g]! >= 0 && !own?.has(g); // resident before the layer asked: no read needed
+      const hit = this.slotOf[g]! >= 0 && own?.[p] !== 1; // resident before the layer asked: no read needed
       // a hot neuron goes through its cluster when the cluster is resident, or when enough of
       // the cluster is predicted to be worth one sequential read; otherwise the cold path
       const cl = (g / this.C) | 0;
@@ -409,8 +418,8 @@ export class NeuronCache {
     const base = layer * this.nFF;
     const ud = this.pack.upBytes + this.pack.downBytes;
     this.settleLayer(layer); // batches for later layers stay in flight: their slots are not taken here
-    const ahead = this.aheadArrived.get(layer);
-    const own = this.ownMisses?.layer === layer ? this.ownMisses.neurons : undefined;
+    const aheadMark = this.aheadMark;
+    const own = this.ownMisses?.layer === layer ? this.ownMark : undefined;
     this.reads.phase = "updown";
     this.reads.layer = layer;
     for (let k = 0; k < count; k++) {
@@ -419,8 +428,11 @@ export class NeuronCache {
       st.upDownAccesses++;
       let s = this.slotOf[g]!;
       if (this.state[g] === FULL) {
-        if (!own?.has(g)) st.upDownHits++;
-        if (ahead?.delete(g)) st.aheadUsed++;
+        if (own?.[p] !== 1) st.upDownHits++;
+        if (aheadMark[g] === 1) {
+          aheadMark[g] = 0;
+          st.aheadUsed++;
+        }
         if (this.pinned && s >= this.plan.hotSlots && !this.kept[s]) this.lru.touch(s);
         // a compute worker may be reading the resident ones' entries right now: write only what changes
         if (slotsOut[k] !== s) slotsOut[k] = s;
@@ -592,7 +604,7 @@ export class NeuronCache {
    * for it (settleLayer's keepNow): the caller settles before it computes a landing neuron.
    */
   readAhead(layer: number, positions: Int32Array, count: number, batches = 1, now = false): number {
-    if (now) this.ownMisses = undefined;
+    if (now) this.endOwnMisses();
     if (this.aheadStaging < 0 || this.loader.aheadId < 0 || this.reads.isDeferred) return 0;
     while (this.ahead.length >= batches) this.settleOne();
     this.beginLease();
@@ -606,9 +618,12 @@ export class NeuronCache {
     // reads ahead hold at most half the LRU list, so a lease always has room
     const limit = Math.floor(this.lruSlots / 2) - this.aheadPending;
     const m = Math.min(cap, count);
-    const reqs = new Float64Array(4 * m);
-    const copies = new Float64Array(3 * (pinned ? 1 : 2) * m);
-    const neurons = new Set<number>();
+    // the binding copies requests and copies out at once: one pair of arrays serves every batch
+    if (this.aheadReqs.length < 4 * m) this.aheadReqs = new Float64Array(4 * m);
+    if (this.aheadCopies.length < 6 * m) this.aheadCopies = new Float64Array(6 * m);
+    const reqs = this.aheadReqs;
+    const copies = this.aheadCopies;
+    const neurons = new Int32Array(Math.min(m, Math.max(0, limit)));
     const share = cap * B; // staging bytes of this batch
     let n = 0; // neurons
     let c = 0; // numbers in copies
@@ -633,18 +648,17 @@ export class NeuronCache {
         used += bundle;
         pLast = p;
       } else {
-        reqs.set([this.bundleOffset(layer, p) + within, B, this.aheadStaging, at + used], 4 * r);
+        reqs[4 * r] = this.bundleOffset(layer, p) + within;
+        reqs[4 * r + 1] = B;
+        reqs[4 * r + 2] = this.aheadStaging;
+        reqs[4 * r + 3] = at + used;
         r++;
         used += B;
         p0 = pLast = p;
       }
       // the neuron's bundle starts `within` bytes before its read would if it began a request
-      const bundleAt = reqs[4 * (r - 1) + 3]! + (p - p0) * bundle - within;
-      for (const cp of this.bundleCopies(s, bundleAt)) {
-        copies.set(cp, c);
-        c += 3;
-      }
-      neurons.add(g);
+      c = this.putBundleCopies(copies, c, s, reqs[4 * (r - 1) + 3]! + (p - p0) * bundle - within);
+      neurons[n] = g;
       if (now) this.landing[p] = 1;
       n++;
     }
@@ -653,8 +667,12 @@ export class NeuronCache {
     const lane = now && this.loader.nowId >= 0 ? 1 : 0;
     const ticket = this.n.readBatchStart(lane ? this.loader.nowId : this.loader.aheadId, reqs.subarray(0, 4 * r), this.arena, this.aheadStaging, copies.subarray(0, c), lane);
     this.aheadSeq++;
-    this.ahead.push({ ticket, layer, neurons, reads: r, now });
-    if (now) this.ownMisses = { layer, neurons };
+    const list = neurons.subarray(0, n);
+    this.ahead.push({ ticket, layer, neurons: list, reads: r, now });
+    if (now) {
+      this.ownMisses = { layer, neurons: list };
+      for (let k = 0; k < n; k++) this.ownMark[list[k]! - base] = 1;
+    }
     this.aheadPending += n;
     const st = this.stats[layer]!;
     st.bytesRead += used;
@@ -702,7 +720,7 @@ export class NeuronCache {
   /** Wait for the oldest batch of reads ahead. */
   private settleOne(): AheadDone {
     const b = this.ahead.shift()!;
-    this.aheadPending -= b.neurons.size;
+    this.aheadPending -= b.neurons.length;
     if (b.now) for (const g of b.neurons) this.landing[g % this.nFF] = 0;
     let r: { bytes: number; t0: number; t1: number };
     try {
@@ -715,11 +733,26 @@ export class NeuronCache {
       }
       throw e;
     }
-    if (!b.now) this.aheadArrived.set(b.layer, b.neurons);
+    if (!b.now) {
+      // the layer's last look-ahead batch replaces the one before
+      const old = this.aheadArrived[b.layer];
+      if (old) for (const g of old) this.aheadMark[g] = 0;
+      for (const g of b.neurons) this.aheadMark[g] = 1;
+      this.aheadArrived[b.layer] = b.neurons;
+    }
     return { layer: b.layer, bytes: r.bytes, reads: b.reads, t0: r.t0, t1: r.t1 };
   }
 
   // ---- internals ----------------------------------------------------------------------
+
+  /** Forget the layer's own misses: they count as misses no more. */
+  private endOwnMisses(): void {
+    const o = this.ownMisses;
+    if (!o) return;
+    const base = o.layer * this.nFF;
+    for (const g of o.neurons) this.ownMark[g - base] = 0;
+    this.ownMisses = undefined;
+  }
 
   /** Touch the LRU slots (cold, not kept) of (layer, positions[k]) that are resident, at most `max`, the first ones most recent. */
   private touchResident(layer: number, positions: Int32Array, count: number, max: number): void {
@@ -747,12 +780,23 @@ export class NeuronCache {
 
   /** Copies [arenaOff, offsetInRead, len] moving one whole bundle read at offsetInRead into `slot`: gate, then up+down (contiguous in both). */
   private bundleCopies(slot: number, at: number): [number, number, number][] {
+    const c = this.copyScratch;
+    const k = this.putBundleCopies(c, 0, slot, at);
+    return k === 3 ? [[c[0]!, c[1]!, c[2]!]] : [[c[0]!, c[1]!, c[2]!], [c[3]!, c[4]!, c[5]!]];
+  }
+
+  /** bundleCopies written into out from index c (no allocation: readAhead's loop); returns the index after them. */
+  private putBundleCopies(out: Float64Array, c: number, slot: number, at: number): number {
     const { gateBytes, gateBlock, upBytes, downBytes } = this.pack;
-    if (this.pinned) return [[slot * this.slotBytes, at + gateBlock, upBytes + downBytes]];
-    return [
-      [slot * this.slotBytes, at, gateBytes],
-      [slot * this.slotBytes + gateBytes, at + gateBlock, upBytes + downBytes],
-    ];
+    if (!this.pinned) {
+      out[c++] = slot * this.slotBytes;
+      out[c++] = at;
+      out[c++] = gateBytes;
+    }
+    out[c++] = slot * this.slotBytes + (this.pinned ? 0 : gateBytes);
+    out[c++] = at + gateBlock;
+    out[c++] = upBytes + downBytes;
+    return c;
   }
 
   /** Profiled firings of hot cluster q of a layer (preload and prefetch order). */
