@@ -10,6 +10,8 @@
 // cold neuron. Where no unplaced neuron co-fired with the last, the chain goes on with the most
 // frequent unplaced one, so without co-activation the order stays hot-first.
 
+import { firedBit } from "./fired-bits.js";
+
 /** Fired flags of one layer: `tokens` rows of `rowBytes` bytes, bit i of a row (LSB first) set when neuron i fired. */
 export interface FiredBits {
   bits: Uint8Array;
@@ -18,7 +20,7 @@ export interface FiredBits {
 }
 
 function fired(f: FiredBits, t: number, id: number): boolean {
-  return ((f.bits[t * f.rowBytes + (id >> 3)]! >> (id & 7)) & 1) === 1;
+  return firedBit(f.bits, f.rowBytes, t, id) === 1;
 }
 
 /** Requests for ascending positions when one request covers a run with at most `gap` unneeded positions inside, and the positions it reads. */

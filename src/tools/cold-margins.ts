@@ -7,6 +7,8 @@
 // neurons (by firings on the fitting tokens) gets its own κ, and the pair is the cheapest that
 // still flags the target share of all positives on the calibration tokens.
 
+import { firedBit } from "../sparse/fired-bits.js";
+
 /** A layer's two margins: a neuron is flagged when z = −s/σ is below its group's κ. */
 export interface ColdMargins {
   hot: number;
@@ -71,7 +73,7 @@ export function coldMargins(s: GroupedScores, target: number, coldCost: number):
 export function coldNeurons(labels: Uint8Array, nTok: number, nFF: number, share: number): Uint8Array {
   const fired = new Uint32Array(nFF);
   const rb = nFF / 8;
-  for (let t = 0; t < nTok; t++) for (let i = 0; i < nFF; i++) fired[i]! += (labels[t * rb + (i >> 3)]! >> (i & 7)) & 1;
+  for (let t = 0; t < nTok; t++) for (let i = 0; i < nFF; i++) fired[i]! += firedBit(labels, rb, t, i);
   const order = Int32Array.from(fired.keys()).sort((a, b) => fired[a]! - fired[b]! || b - a);
   const cold = new Uint8Array(nFF);
   for (let k = 0; k < Math.floor(share * nFF); k++) cold[order[k]!] = 1;
@@ -88,7 +90,7 @@ export function groupScores(s: Float32Array, sigma: Float64Array, labels: Uint8A
     const z: [number[], number[]] = [[], []];
     for (let t = 0; t < nTok; t++)
       for (let i = 0; i < nFF; i++) {
-        if (((labels[t * rb + (i >> 3)]! >> (i & 7)) & 1) !== (positive ? 1 : 0)) continue;
+        if (firedBit(labels, rb, t, i) !== (positive ? 1 : 0)) continue;
         const v = -s[t * nFF + i]! / sigma[i]!;
         if (v < cap[cold[i]!]!) z[cold[i]!]!.push(v);
       }

@@ -27,6 +27,7 @@ import { Rng } from "../api/sampling.js";
 import { popcount8, type Collected } from "./collect-activations.js";
 import { coldMargins, coldNeurons, groupScores } from "./cold-margins.js";
 import { Mat, mulT, orthonormalizeRows, symmetricEigen, transpose } from "./linalg.js";
+import { firedBit } from "../sparse/fired-bits.js";
 
 export interface LinearFitOptions {
   /** Largest rank tried, a multiple of 32 (default min(256, n_embd)). */
@@ -84,7 +85,7 @@ export function confusion(s: Float32Array, thr: Float32Array, bits: Uint8Array, 
   for (let t = 0; t < nTok; t++) {
     const o = t * nFF;
     for (let i = 0; i < nFF; i++) {
-      const y = (bits[t * rb + (i >> 3)]! >> (i & 7)) & 1;
+      const y = firedBit(bits, rb, t, i);
       const p = s[o + i]! > thr[i]!;
       if (p && y) tp++;
       else if (p) fp++;
@@ -108,7 +109,7 @@ function oneMargin(s: Float32Array, sig: Float64Array, bits: Uint8Array, nTok: n
   const z = new Float64Array(positives);
   let k = 0;
   for (let t = 0; t < nTok; t++)
-    for (let i = 0; i < nFF; i++) if ((bits[t * (nFF / 8) + (i >> 3)]! >> (i & 7)) & 1) z[k++] = -s[t * nFF + i]! / sig[i]!;
+    for (let i = 0; i < nFF; i++) if (firedBit(bits, nFF / 8, t, i)) z[k++] = -s[t * nFF + i]! / sig[i]!;
   z.sort();
   return z[Math.min(positives - 1, Math.ceil(targetRecall * positives) - 1)]! * (1 + 1e-6) + 1e-9;
 }

@@ -11,6 +11,7 @@ import { collectActivations, type Collected } from "./collect-activations.js";
 export { collectActivations, type Collected } from "./collect-activations.js";
 import type { LayerPredictor, LayerReport } from "../sparse/predictor-file.js";
 import { fitLinearPredictors } from "./predictor-fit.js";
+import { firedBit } from "../sparse/fired-bits.js";
 
 export interface TrainOptions {
   /**
@@ -100,7 +101,7 @@ function calibrateThreshold(fc1: number, fc2: number, nEmbd: number, hidden: num
     const bits = n.viewU8(y, r0 * (nFF / 8), nRows * (nFF / 8));
     const pos: number[] = [];
     for (let t = 0; t < nRows; t++)
-      for (let i = 0; i < nFF; i++) if ((bits[t * (nFF / 8) + (i >> 3)]! >> (i & 7)) & 1) pos.push(s[t * nFF + i]!);
+      for (let i = 0; i < nFF; i++) if (firedBit(bits, nFF / 8, t, i)) pos.push(s[t * nFF + i]!);
     if (pos.length === 0) return Infinity; // never fired: predict nothing
     pos.sort((a, b) => a - b);
     const misses = Math.floor((1 - target) * pos.length); // positives allowed below the threshold
