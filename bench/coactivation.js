@@ -13,7 +13,7 @@
 //            second half
 //
 //   node bench/coactivation.js [--dir /work/models7b] [--tokens 4096] [--tokens-7b 1024]
-//                              [--cofire-group N] [--cofire-share S] [--cold-share 0.5] (which 7B: bench/lib/seven-b.mjs)
+//                              [--cofire-group N] [--cofire-share S] [--cold-share 0.5] [--target-recall 0.995] (which 7B: bench/lib/seven-b.mjs)
 //                              [--model M.gguf --text T.txt [--name N]]
 //                              [--cold-from 0.3] [--out bench/results/coactivation.json]
 // The default model (models/, its held-out text) always; the 7B-shaped model with --dir (its
@@ -23,7 +23,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { coldShareOf, cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
+import { coldShareOf, targetRecallOf, cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
 import { benchArgs } from "./lib/usage.mjs";
 
 const rootDir = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -119,7 +119,7 @@ const models = join(rootDir, "models");
 const out = { date: new Date().toISOString(), results: [] };
 out.results.push(await analyse("default", join(models, "neuronpipe-default.gguf"), join(models, "neuronpipe-default.pack.gguf"), join(models, "heldout.txt"), Number(v.tokens)));
 if (v.dir) {
-  const f = sevenBFiles(resolve(v.dir), cofireOf(v), coldShareOf(v));
+  const f = sevenBFiles(resolve(v.dir), cofireOf(v), coldShareOf(v), targetRecallOf(v));
   out.results.push(await analyse("7B", f.model, f.pack, f.corpus, Number(v["tokens-7b"])));
 }
 if (v.model) {

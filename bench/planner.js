@@ -19,7 +19,7 @@
 //
 //   node bench/planner.js [--dir /work/models7b] [--tokens 128] [--tokens-7b 12] [--no-llama]
 //                         [--parts default,synthetic,7b,7b-grid,fig9] [--sizes-dir DIR] [--rounds N] [--lock FILE] [--out bench/results/planner.json]
-//                         [--cofire-group N] [--cofire-share S] [--cold-share 0.5] (which 7B: bench/lib/seven-b.mjs, as bench/sparse.js)
+//                         [--cofire-group N] [--cofire-share S] [--cold-share 0.5] [--target-recall 0.995] (which 7B: bench/lib/seven-b.mjs, as bench/sparse.js)
 // (--parts: the default model's steps 1-4 — or its step 1 alone: default-fractions —, the
 // synthetic model's fractions, the 7B's fractions, its grid, Fig. 9; all by default)
 // Decode speed = tokens/s of sampled generations (seeded; greedy decoding of the small model
@@ -32,7 +32,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } 
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { buildPlantedModel, PLANTED_SIZES } from "./lib/planted-model.mjs";
-import { coldShareOf, cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
+import { coldShareOf, targetRecallOf, cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
 import { benchArgs } from "./lib/usage.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
@@ -321,7 +321,7 @@ if (parts.has("synthetic")) {
 // ---- the 7B-shaped model ---------------------------------------------------------------------
 // where bench/sparse.js prepares the 7B (--dir, $NEURONPIPE_BENCH_DIR, bench/.models)
 v.dir = resolve(v.dir ?? process.env.NEURONPIPE_BENCH_DIR ?? join(benchDir, ".models"));
-const { pack: pack7 } = sevenBFiles(v.dir, cofireOf(v), coldShareOf(v));
+const { pack: pack7 } = sevenBFiles(v.dir, cofireOf(v), coldShareOf(v), targetRecallOf(v));
 // bench/sparse.js (the limited llama.cpp runs) finds the same 7B
 const cofireArgs = [...(v["cofire-group"] !== undefined ? ["--cofire-group", v["cofire-group"]] : []), ...(v["cofire-share"] !== undefined ? ["--cofire-share", v["cofire-share"]] : [])];
 if (!existsSync(pack7)) log(`no 7B pack at ${pack7} (node bench/sparse.js --prepare --dir DIR builds it): the default model only`);

@@ -6,7 +6,7 @@
 // child process, one after the other, median of `--repeat` runs after a warm-up.
 //
 //   node bench/prefill.js [--dir DIR] [--lengths 128,512] [--repeat 3] [--only id,id]
-//                         [--cofire-group N] [--cofire-share S] [--cold-share 0.5]
+//                         [--cofire-group N] [--cofire-share S] [--cold-share 0.5] [--target-recall 0.995]
 //
 // Needs in --dir (default $NEURONPIPE_BENCH_DIR, else bench/.models, as bench/sparse.js) the 7B
 // bench/sparse.js prepares with the same --cofire-group/--cofire-share (bench/lib/seven-b.mjs:
@@ -18,7 +18,7 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { cgroupReport, createCgroup, evictFile, memoryCgroupRoot, removeCgroup, sampleCgroup } from "./lib/measure.mjs";
-import { coldShareOf, cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
+import { coldShareOf, targetRecallOf, cofireOf, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
 import { benchArgs } from "./lib/usage.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
@@ -39,7 +39,7 @@ const { values: v } = benchArgs(import.meta.url, {
   ...SEVEN_B_OPTIONS,
 });
 v.dir = resolve(v.dir ?? process.env.NEURONPIPE_BENCH_DIR ?? join(benchDir, ".models"));
-const sevenB = sevenBFiles(v.dir, cofireOf(v), coldShareOf(v));
+const sevenB = sevenBFiles(v.dir, cofireOf(v), coldShareOf(v), targetRecallOf(v));
 const lengths = v.lengths.split(",").map(Number);
 const repeat = Number(v.repeat);
 const threads = Number(v.threads);

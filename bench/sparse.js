@@ -42,6 +42,8 @@
 //            2026-11-28 noon); --cofire-group 8 alone takes synth's share (0.9); 0: no groups
 //            --cold-share S (0.5: the predictors' cold share, `train-predictor --cold-share`; the
 //            files are named …-linear-coldS…; 0: one margin for every neuron, …-linear…)
+//            --target-recall R (0.995: `train-predictor --target-recall`; the files are named
+//            …-recallR… unless R is the trainer's default, 0.998)
 //
 // Building the model once: synth (~2 min), profile 1024 tokens (dense, ~2 min), fit the linear
 // predictors on 7,000 tokens (~15 min), pack (~3 min). Progress goes to stderr.
@@ -64,7 +66,7 @@ import {
   sampleCgroup,
   spread,
 } from "./lib/measure.mjs";
-import { coldShareOf, cofireOf, cofireSynthArgs, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
+import { coldShareOf, targetRecallOf, cofireOf, cofireSynthArgs, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
 import { benchArgs } from "./lib/usage.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
@@ -109,6 +111,7 @@ const threads = Number(v.threads);
 // groups of 8 at share 0.7, the benchmark model that co-activates as the real default model does
 const cofire = cofireOf(v);
 const coldShare = coldShareOf(v);
+const targetRecall = targetRecallOf(v);
 const decode = Number(v.decode);
 const ctx = Number(v.ctx);
 const reps = Number(v.repeat);
@@ -123,7 +126,7 @@ function run(args, what) {
 /** Build (or reuse) the model, its profile, predictors and pack. */
 async function prepare(dir) {
   mkdirSync(dir, { recursive: true });
-  const { model, profile, predictor, predictorArgs, pack, corpus } = sevenBFiles(dir, cofire, coldShare);
+  const { model, profile, predictor, predictorArgs, pack, corpus } = sevenBFiles(dir, cofire, coldShare, targetRecall);
   if (!existsSync(model))
     run([cli, "synth", "--shape", "llama2-7b", "--type", "q4_0", "--activation", "reglu", "--active-fraction", "0.1", "--gate-rank", "64", ...cofireSynthArgs(cofire), "--seed", "1", "--out", model], "synth");
   // A random-weight model writes random tokens, so its activations are profiled and its

@@ -10,6 +10,9 @@
 // Its predictors are trained with `--cold-share 0.5` by default (`--cold-share S`; 0: one margin
 // for every neuron): the half of each layer's neurons firing least, those a budget of half the
 // FFN leaves on storage, get a margin of their own (docs/benchmarks.md, 2026-11-29 morning).
+// Their margins reach recall 0.995 on the calibration tokens (`--target-recall R`; train-predictor's
+// default is 0.998): on this model the lower target reads a fifth fewer bundles a token at the
+// same perplexity (docs/benchmarks.md, 2026-11-29 noon).
 import { join } from "node:path";
 
 /** parseArgs options every script that reads the 7B accepts. */
@@ -17,7 +20,11 @@ export const SEVEN_B_OPTIONS = {
   "cofire-group": { type: "string" },
   "cofire-share": { type: "string" },
   "cold-share": { type: "string" },
+  "target-recall": { type: "string" },
 };
+
+/** train-predictor's own default target recall: files trained with it carry no recall in their names. */
+const TRAINER_RECALL = "0.998";
 
 /** The co-firing groups asked for by parsed `SEVEN_B_OPTIONS` values: { group, share } (share undefined: synth's default). */
 export function cofireOf(v) {
@@ -35,6 +42,13 @@ export function coldShareOf(v) {
   return s;
 }
 
+/** The predictors' target recall asked for by parsed `SEVEN_B_OPTIONS` values (a string as given). */
+export function targetRecallOf(v) {
+  const r = v["target-recall"] ?? "0.995";
+  if (!(Number(r) > 0 && Number(r) < 1)) throw new Error(`--target-recall must be in (0, 1), got ${r}`);
+  return r;
+}
+
 /** synth's flags for the co-firing groups. */
 export function cofireSynthArgs({ group, share }) {
   return group > 0 ? ["--cofire-group", String(group), ...(share !== undefined ? ["--cofire-share", share] : [])] : [];
@@ -43,21 +57,23 @@ export function cofireSynthArgs({ group, share }) {
 /**
  * The files of the 7B with these co-firing groups in `dir`: the plain model (…-cofireN-shareS.gguf,
  * or …-seed1.gguf without groups), its profile and linear predictors beside it (…-linear-coldC
- * with a cold share C > 0), its pack (named the same way), and the corpus of random tokens it is
- * profiled, trained and prompted on (one per directory), and train-predictor's flags for them.
+ * with a cold share C > 0, then -recallR with a target recall R other than the trainer's 0.998),
+ * its pack (named the same way), and the corpus of random tokens it is profiled, trained and
+ * prompted on (one per directory), and train-predictor's flags for them.
  */
-export function sevenBFiles(dir, cofire, coldShare = "0.5") {
+export function sevenBFiles(dir, cofire, coldShare = "0.5", targetRecall = "0.995") {
   const { group, share } = cofire;
   const name = `llama2-7b-sparse-q4_0-seed1${group > 0 ? `-cofire${group}${share !== undefined ? `-share${share}` : ""}` : ""}`;
   const model = join(dir, `${name}.gguf`);
   const cold = Number(coldShare) > 0;
-  const linear = cold ? `linear-cold${coldShare}` : "linear";
+  const own = targetRecall !== TRAINER_RECALL;
+  const linear = `linear${cold ? `-cold${coldShare}` : ""}${own ? `-recall${targetRecall}` : ""}`;
   return {
     name,
     model,
     profile: `${model}.profile.gguf`,
     /** train-predictor's flags for these predictors */
-    predictorArgs: cold ? ["--cold-share", coldShare] : [],
+    predictorArgs: [...(cold ? ["--cold-share", coldShare] : []), ...(own ? ["--target-recall", targetRecall] : [])],
     predictor: `${model}.predictor-${linear}.gguf`,
     pack: join(dir, `${name}-${linear}.pack.gguf`),
     corpus: join(dir, "random-tokens-llama2-seed1-16k.txt"),
