@@ -134,6 +134,7 @@ export class NeuronCache {
   private aheadReqs = new Float64Array(0); // readAhead's requests and copies, reused
   private aheadCopies = new Float64Array(0);
   private readonly copyScratch = new Float64Array(6);
+  private readonly touchScratch: Int32Array; // (nFF) touchResident's slots, reused
   private ahead: { ticket: number; layer: number; neurons: Int32Array; reads: number; now: boolean }[] = [];
   private aheadPending = 0;
   private aheadSeq = 0;
@@ -210,6 +211,7 @@ export class NeuronCache {
     this.kept = new Uint8Array(plan.coldKept > 0 ? S : 0);
     this.landing = new Uint8Array(nFF);
     this.ownMark = new Uint8Array(nFF);
+    this.touchScratch = new Int32Array(nFF);
     this.aheadMark = new Uint8Array(N);
     this.aheadArrived = new Array<Int32Array | undefined>(nLayer).fill(undefined);
     this.lruSlots = plan.coldSlots;
@@ -758,12 +760,13 @@ export class NeuronCache {
   private touchResident(layer: number, positions: Int32Array, count: number, max: number): void {
     const base = layer * this.nFF;
     const hotSlots = this.plan.hotSlots;
-    const slots: number[] = [];
-    for (let k = 0; k < count && slots.length < max; k++) {
+    const slots = this.touchScratch;
+    let n = 0;
+    for (let k = 0; k < count && n < max; k++) {
       const s = this.slotOf[base + positions[k]!]!;
-      if (s >= hotSlots && this.kept[s] !== 1) slots.push(s);
+      if (s >= hotSlots && this.kept[s] !== 1) slots[n++] = s;
     }
-    for (let i = slots.length - 1; i >= 0; i--) this.lru.touch(slots[i]!);
+    for (let i = n - 1; i >= 0; i--) this.lru.touch(slots[i]!);
   }
 
   private bundleOffset(layer: number, p: number): number {
