@@ -16,10 +16,10 @@
 //   options: --ffn F (0.5: share of FFN neurons the cache holds) --decode N (32) --threads N (2)
 //            --ctx N (512) --dir DIR --out FILE (bench/results/sparse-latest.json)
 //            --repeat N (3: measured generations per in-memory engine, after one warm-up)
-//            --rounds N (3: the in-memory engines — resident, dense, llama.cpp — run N times in
-//            turn, each engine's figure the median round: this machine's memory bandwidth moves
-//            by a quarter for seconds at a time, and one engine after the other caught different
-//            phases)
+//            --rounds N (3: the in-memory engines — resident, dense, llama.cpp — and the offloaded
+//            inline decoder run N times in turn, each engine's figure the median round: this
+//            machine's memory bandwidth moves by a quarter for seconds at a time, and one engine
+//            after the other caught different phases)
 //            --warmup N (4: tokens of the warm-up generation)
 //            --limited-repeat N (2) --limited-decode N (16): the same for runs in a cgroup
 //            --peer-limit-extra BYTES (268435456: the cgroup = our budget + this, for node's
@@ -637,17 +637,18 @@ if (!machineBounds?.disk) {
 const t0 = performance.now();
 const results = [];
 // the runs under a budget and in a cgroup once each, in order; the in-memory ones (no budget
-// below the whole FFN, no cgroup) in `rounds` turns, each engine's result its median round
-const inMemory = new Set(["pipeline-resident", "sync-resident", "dense", "llama-prebuilt", "llama-norepack"]);
+// below the whole FFN, no cgroup) and the plan's offloaded decoder (`sync`, the figure divided by
+// the resident one) in `rounds` turns, each engine's result its median round
+const inRounds = new Set(["sync", "pipeline-resident", "sync-resident", "dense", "llama-prebuilt", "llama-norepack"]);
 const rounds = Math.max(1, Number(v.rounds));
 const roundsOf = new Map();
 for (let round = 0; round < rounds; round++) {
   for (const [id, setting, kind, args, opts] of plan) {
     if (only && !only.includes(id)) continue;
-    if (round > 0 && !inMemory.has(id)) continue;
-    log(`--- ${id}: ${setting}${inMemory.has(id) && rounds > 1 ? ` (round ${round + 1} of ${rounds})` : ""} ---`);
+    if (round > 0 && !inRounds.has(id)) continue;
+    log(`--- ${id}: ${setting}${inRounds.has(id) && rounds > 1 ? ` (round ${round + 1} of ${rounds})` : ""} ---`);
     const r = { setting, ...(await child(id, kind, args, opts)) };
-    if (!inMemory.has(id)) results.push(r);
+    if (!inRounds.has(id)) results.push(r);
     else roundsOf.set(id, [...(roundsOf.get(id) ?? []), r]);
   }
 }
