@@ -103,7 +103,8 @@ export function sparseSummary(rt: SparseParts, perLayer: boolean): string {
   const lines = [
     `[sparse FFN: ${tokens} tokens | hit rate ${acc ? ((100 * hits) / acc).toFixed(1) : "100.0"}% | read ${formatBytes(tokens ? sum((r) => r.bytesRead) / tokens : 0)}/token | ` +
       `predicted ${tokens ? (sum((r) => r.predicted) / tokens).toFixed(0) : 0}, fired ${tokens ? (sum((r) => r.fired) / tokens).toFixed(0) : 0} neurons/token | ` +
-      `peak resident ${formatBytes(rt.peakResidentBytes)} of ${formatBytes(rt.plan.budget > 2 ** 52 ? rt.allocatedBytes() : rt.plan.budget)}]`,
+      // without a budget there is no "of": the bytes held now leave out the sessions already let go (their KV caches), which the peak counts
+      `peak resident ${formatBytes(rt.peakResidentBytes)} ${rt.plan.budget > 2 ** 52 ? "(no memory budget)" : `of ${formatBytes(rt.plan.budget)}`}]`,
   ];
   if (perLayer) {
     lines.push("layer  hit rate  bytes/token  predicted/token  fired/token");

@@ -280,22 +280,29 @@ describe("default model, trained predictor", () => {
   });
 
   it("neuronpipe generate --memory runs a pack and reports hit rate and bytes read per layer", async () => {
-    let out = "";
-    const w = process.stdout.write.bind(process.stdout);
-    process.stdout.write = ((s: string) => ((out += s), true)) as typeof process.stdout.write;
-    let err = "";
-    const e = process.stderr.write.bind(process.stderr);
-    process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
-    try {
-      const code = await main(["generate", "--model", defaultPack, "--memory", "26MiB", "--prompt", "The whale", "--max-tokens", "16", "--temperature", "0", "--ctx", "128", "--sparse-stats"]);
-      expect(code).toBe(0);
-    } finally {
-      process.stdout.write = w;
-      process.stderr.write = e;
-    }
+    const run = async (...memory: string[]) => {
+      let out = "";
+      const w = process.stdout.write.bind(process.stdout);
+      process.stdout.write = ((s: string) => ((out += s), true)) as typeof process.stdout.write;
+      let err = "";
+      const e = process.stderr.write.bind(process.stderr);
+      process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
+      try {
+        const code = await main(["generate", "--model", defaultPack, ...memory, "--prompt", "The whale", "--max-tokens", "16", "--temperature", "0", "--ctx", "128", "--sparse-stats"]);
+        expect(code).toBe(0);
+      } finally {
+        process.stdout.write = w;
+        process.stderr.write = e;
+      }
+      return { out, err };
+    };
+    const { out, err } = await run("--memory", "26MiB");
     expect(out.length).toBeGreaterThan("The whale".length);
     expect(err).toMatch(/neuron cache .* neurons/);
     expect(err).toMatch(/layer +hit rate/);
+    // the peak against the budget given; without one, no "of" (the bytes held at the end leave out the finished session's KV cache)
+    expect(err).toMatch(/peak resident [\d.]+ MiB of 26\.0 MiB\]/);
+    expect((await run()).err).toMatch(/peak resident [\d.]+ MiB \(no memory budget\)\]/);
   }, 60_000);
 
   it("neuronpipe generate --pin-gates on|off picks the cache layout, and a bad value is refused by name", async () => {
