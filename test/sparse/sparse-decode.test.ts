@@ -9,6 +9,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { runCli } from "../helpers/cli.js";
 import { quietly } from "../helpers/quiet.js";
 import { main } from "../../src/cli/main.js";
 import { perplexity } from "../../src/tools/evaluate.js";
@@ -260,15 +261,7 @@ describe("default model, trained predictor", () => {
   });
 
   it("the CLI prints a budget's refusal alone (exit 2, no help after it)", async () => {
-    let err = "";
-    const e = process.stderr.write.bind(process.stderr);
-    process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
-    let code: number;
-    try {
-      code = await main(["generate", "--model", defaultPack, "--memory", "8MiB", "--prompt", "x", "--ctx", String(ctx)]);
-    } finally {
-      process.stderr.write = e;
-    }
+    const { code, err } = await runCli(["generate", "--model", defaultPack, "--memory", "8MiB", "--prompt", "x", "--ctx", String(ctx)]);
     expect(code).toBe(2);
     expect(err).toMatch(/^neuronpipe generate: --memory budget 8\.00 MiB .* the smallest workable budget is [\d.]+ MiB \(\d+ bytes\)/);
     expect(err).not.toMatch(/usage|--prompt/);
@@ -281,20 +274,9 @@ describe("default model, trained predictor", () => {
 
   it("neuronpipe generate --memory runs a pack and reports hit rate and bytes read per layer", async () => {
     const run = async (...memory: string[]) => {
-      let out = "";
-      const w = process.stdout.write.bind(process.stdout);
-      process.stdout.write = ((s: string) => ((out += s), true)) as typeof process.stdout.write;
-      let err = "";
-      const e = process.stderr.write.bind(process.stderr);
-      process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
-      try {
-        const code = await main(["generate", "--model", defaultPack, ...memory, "--prompt", "The whale", "--max-tokens", "16", "--temperature", "0", "--ctx", "128", "--sparse-stats"]);
-        expect(code).toBe(0);
-      } finally {
-        process.stdout.write = w;
-        process.stderr.write = e;
-      }
-      return { out, err };
+      const r = await runCli(["generate", "--model", defaultPack, ...memory, "--prompt", "The whale", "--max-tokens", "16", "--temperature", "0", "--ctx", "128", "--sparse-stats"]);
+      expect(r.code).toBe(0);
+      return r;
     };
     const { out, err } = await run("--memory", "26MiB");
     expect(out.length).toBeGreaterThan("The whale".length);
@@ -306,20 +288,8 @@ describe("default model, trained predictor", () => {
   }, 60_000);
 
   it("neuronpipe generate --pin-gates on|off picks the cache layout, and a bad value is refused by name", async () => {
-    const run = async (...extra: string[]) => {
-      let err = "";
-      const e = process.stderr.write.bind(process.stderr);
-      const w = process.stdout.write.bind(process.stdout);
-      process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
-      process.stdout.write = (() => true) as typeof process.stdout.write;
-      try {
-        const code = await main(["generate", "--model", defaultPack, "--memory", "26MiB", "--mode", "sync", "--prompt", "The whale", "--max-tokens", "4", "--temperature", "0", "--ctx", "128", ...extra]);
-        return { code, err };
-      } finally {
-        process.stderr.write = e;
-        process.stdout.write = w;
-      }
-    };
+    const run = (...extra: string[]) =>
+      runCli(["generate", "--model", defaultPack, "--memory", "26MiB", "--mode", "sync", "--prompt", "The whale", "--max-tokens", "4", "--temperature", "0", "--ctx", "128", ...extra]);
     const on = await run("--pin-gates", "on");
     expect(on.code).toBe(0);
     expect(on.err).toMatch(/gate rows of all \d+ neurons pinned/);
@@ -333,15 +303,8 @@ describe("default model, trained predictor", () => {
 });
 
 it("neuronpipe generate --memory on a plain model says it needs a pack, naming the file and the command", async () => {
-  let err = "";
-  const e = process.stderr.write.bind(process.stderr);
-  process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
-  try {
-    const code = await main(["generate", "--model", defaultModel, "--memory", "1GiB", "--prompt", "x", "--max-tokens", "1"]);
-    expect(code).not.toBe(0);
-  } finally {
-    process.stderr.write = e;
-  }
+  const { code, err } = await runCli(["generate", "--model", defaultModel, "--memory", "1GiB", "--prompt", "x", "--max-tokens", "1"]);
+  expect(code).not.toBe(0);
   expect(err).toContain(`--memory needs a neuron pack, and ${defaultModel} is a plain model`);
   expect(err).toContain("neuronpipe pack --model");
 });
