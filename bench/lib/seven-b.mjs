@@ -25,6 +25,9 @@ export const SEVEN_B_OPTIONS = {
 
 /** train-predictor's own default target recall: files trained with it carry no recall in their names. */
 const TRAINER_RECALL = "0.998";
+/** The bench's predictors: cold share and target recall when no option names them. */
+const COLD_SHARE = "0.5";
+const TARGET_RECALL = "0.995";
 
 /** The co-firing groups asked for by parsed `SEVEN_B_OPTIONS` values: { group, share } (share undefined: synth's default). */
 export function cofireOf(v) {
@@ -37,14 +40,14 @@ export function cofireOf(v) {
 
 /** The predictors' cold share asked for by parsed `SEVEN_B_OPTIONS` values (a string as given; "0" for one margin). */
 export function coldShareOf(v) {
-  const s = v["cold-share"] ?? "0.5";
+  const s = v["cold-share"] ?? COLD_SHARE;
   if (!(Number(s) >= 0 && Number(s) < 1)) throw new Error(`--cold-share must be in [0, 1), got ${s}`);
   return s;
 }
 
 /** The predictors' target recall asked for by parsed `SEVEN_B_OPTIONS` values (a string as given). */
 export function targetRecallOf(v) {
-  const r = v["target-recall"] ?? "0.995";
+  const r = v["target-recall"] ?? TARGET_RECALL;
   if (!(Number(r) > 0 && Number(r) < 1)) throw new Error(`--target-recall must be in (0, 1), got ${r}`);
   return r;
 }
@@ -61,7 +64,7 @@ export function cofireSynthArgs({ group, share }) {
  * its pack (named the same way), and the corpus of random tokens it is profiled, trained and
  * prompted on (one per directory), and train-predictor's flags for them.
  */
-export function sevenBFiles(dir, cofire, coldShare = "0.5", targetRecall = "0.995") {
+export function sevenBFiles(dir, cofire, coldShare = COLD_SHARE, targetRecall = TARGET_RECALL) {
   const { group, share } = cofire;
   const name = `llama2-7b-sparse-q4_0-seed1${group > 0 ? `-cofire${group}${share !== undefined ? `-share${share}` : ""}` : ""}`;
   const model = join(dir, `${name}.gguf`);
