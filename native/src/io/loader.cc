@@ -44,6 +44,29 @@ struct Loader::Ring {
 struct Loader::Ring {};
 #endif
 
+// A request's user_data: its flight's number (high bits) and its index in the flight (low 24).
+constexpr int kIndexBits = 24;
+
+struct Loader::Flight {
+  uint64_t seq = 0;
+  std::vector<ReadReq> reqs;
+  std::vector<uint64_t> done;      // bytes of each request read so far
+  std::vector<size_t> resubmit;    // requests to (re)submit before new ones (EAGAIN, short reads)
+  size_t next = 0;                 // the first request never queued
+  size_t onRing = 0;               // queued or submitted, not completed
+  size_t errIdx = SIZE_MAX;
+  std::string err;                 // the error of the lowest request that failed
+  void setErr(size_t i, std::string m) {
+    if (i < errIdx) {
+      errIdx = i;
+      err = std::move(m);
+    }
+  }
+  // requests still to queue (none after an error: the batch fails once those on the ring are back)
+  bool toQueue() const { return err.empty() && (next < reqs.size() || !resubmit.empty()); }
+  bool finished() const { return onRing == 0 && !toQueue(); }
+};
+
 Loader::Loader(const std::string& path, const LoaderOpts& opts) : path_(path), direct_(opts.directIO) {
   qd_ = std::max(1u, opts.queueDepth);
   int flags = O_RDONLY | O_CLOEXEC;
@@ -129,9 +152,36 @@ void Loader::readBatch(const std::vector<ReadReq>& reqs) {
   if (reqs.empty()) return;
   std::lock_guard<std::mutex> lk(batchMu_);
   if (backend_ == Backend::Uring)
-    readUring(reqs);
+    uringFinish(uringStart(reqs, true));
   else
     readPread(reqs);
+}
+
+bool Loader::ringBroken() const {
+#ifdef NP_HAVE_LIBURING
+  return ring_ && ring_->broken;
+#else
+  return false;
+#endif
+}
+
+uint64_t Loader::startBatch(std::vector<ReadReq> reqs, bool submit) {
+  if (backend_ != Backend::Uring) throw std::logic_error(path_ + ": batches finished later need the io_uring backend");
+  std::lock_guard<std::mutex> lk(batchMu_);
+  return uringStart(std::move(reqs), submit);
+}
+
+void Loader::submitQueued() {
+  if (backend_ != Backend::Uring) return;
+  std::lock_guard<std::mutex> lk(batchMu_);
+  if (ringBroken()) return;
+  uringPump(true);
+}
+
+void Loader::finishBatch(uint64_t batch) {
+  if (backend_ != Backend::Uring) throw std::logic_error(path_ + ": batches finished later need the io_uring backend");
+  std::lock_guard<std::mutex> lk(batchMu_);
+  uringFinish(batch);
 }
 
 // ---- pread backend -----------------------------------------------------------------------
@@ -212,7 +262,7 @@ void Loader::readPread(const std::vector<ReadReq>& reqs) {
 
 // ---- io_uring backend --------------------------------------------------------------------
 
-void Loader::readUring(const std::vector<ReadReq>& reqs) {
+uint64_t Loader::uringStart(std::vector<ReadReq> reqs, bool submit) {
 #ifdef NP_HAVE_LIBURING
   io_uring* ring = &ring_->ring;
   if (ring_->broken) throw std::runtime_error(path_ + ": io_uring is in a failed state; reopen the loader");
@@ -230,105 +280,157 @@ void Loader::readUring(const std::vector<ReadReq>& reqs) {
       throw std::runtime_error(path_ + ": this loader's io_uring ring belongs to the thread that read first (single issuer); read from that thread only");
     }
   }
-  const size_t n = reqs.size();
-  std::vector<uint64_t> done(n, 0);
-  std::vector<size_t> resubmit;  // requests to (re)submit before new ones
-  size_t next = 0, inflight = 0, queued = 0;
-  std::string err;
-  size_t errIdx = SIZE_MAX;
-  auto setErr = [&](size_t i, std::string m) {
-    if (i < errIdx) {
-      errIdx = i;
-      err = std::move(m);
-    }
-  };
-  auto prep = [&](size_t i) {
-    io_uring_sqe* sqe = io_uring_get_sqe(ring);
-    if (!sqe) {  // cannot happen: in flight + queued <= depth = SQ size
-      ring_->broken = true;
-      throw std::runtime_error(path_ + ": io_uring submission queue full");
-    }
-    const ReadReq& r = reqs[i];
-    const unsigned len = (unsigned)std::min<uint64_t>(r.length - done[i], 0x7ffff000ull);
-    uint8_t* dst = r.dst + done[i];
-    if (fixed_ && dst >= fixed_->ptr && (size_t)(dst - fixed_->ptr) + len <= fixed_->size)
-      io_uring_prep_read_fixed(sqe, fd_, dst, len, r.fileOffset + done[i], 0);
-    else
-      io_uring_prep_read(sqe, fd_, dst, len, r.fileOffset + done[i]);
-    io_uring_sqe_set_data64(sqe, (uint64_t)i);
-    queued++;
-    inflight++;
-  };
-  for (;;) {
-    while (err.empty() && inflight < qd_ && !resubmit.empty()) {
-      prep(resubmit.back());
-      resubmit.pop_back();
-    }
-    while (err.empty() && inflight < qd_ && next < n) {
-      const size_t i = next++;
-      if (reqs[i].length == 0) continue;
-      prep(i);
-    }
-    if (queued) {
-      const int ret = io_uring_submit(ring);
-      if (ret >= 0) {
-        queued -= std::min<size_t>(queued, (size_t)ret);
-      } else if (ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
-        // The SQEs stay queued in the ring: nothing was submitted, so in-flight count is
-        // what was submitted before. Mark the ring unusable rather than guess.
-        ring_->broken = true;
-        inflight -= queued;
-        queued = 0;
-        setErr(0, path_ + ": io_uring_submit failed: " + errText(-ret));
-      }
-    }
-    if (inflight == 0) break;
-    if (inflight == queued) continue;  // nothing submitted yet (EAGAIN/EBUSY): try again
-    // With nothing left to submit, wait for every read in flight at once: one wake-up a batch
-    // (on a single-issuer ring the completions are not even posted before). A batch deeper than
-    // the ring refills it: after one completion, or on a single-issuer ring (where the wake-ups
-    // are what it saves) after half of those in flight. Then take every completion there is.
-    const bool more = err.empty() && (next < n || !resubmit.empty());
-    const unsigned submitted = (unsigned)(inflight - queued);
-    const unsigned want = !more ? submitted : singleIssuer_ ? std::max(1u, submitted / 2) : 1u;
-    io_uring_cqe* cqe = nullptr;
-    int ret = io_uring_wait_cqe_nr(ring, &cqe, want);
-    if (ret == -EINTR || ret == -EAGAIN) continue;
-    if (ret < 0) {
-      ring_->broken = true;
-      throw std::runtime_error(path_ + ": io_uring_wait_cqe failed: " + errText(-ret));
-    }
-    while (cqe) {
-      const size_t i = (size_t)io_uring_cqe_get_data64(cqe);
-      const int res = cqe->res;
-      io_uring_cqe_seen(ring, cqe);
-      inflight--;
-      const ReadReq& r = reqs[i];
-      if (res < 0) {
-        if (res == -EAGAIN || res == -EINTR) {
-          if (err.empty()) resubmit.push_back(i);
-        } else {
-          setErr(i, failMsg(path_, r.fileOffset + done[i], r.length - done[i], -res));
-        }
-      } else if (res == 0) {
-        setErr(i, shortReadMsg(path_, r, done[i]));
-      } else {
-        done[i] += (uint64_t)res;
-        if (done[i] < r.length) {
-          if (r.fileOffset + done[i] >= size_)
-            setErr(i, shortReadMsg(path_, r, done[i]));
-          else if (err.empty())
-            resubmit.push_back(i);  // short read inside the file: read the remainder
-        }
-      }
-      cqe = nullptr;
-      if (io_uring_peek_cqe(ring, &cqe) != 0) cqe = nullptr;
-    }
-  }
-  if (!err.empty()) throw std::runtime_error(err);
+  if (reqs.size() >= ((size_t)1 << kIndexBits))
+    throw std::out_of_range(path_ + ": a batch of " + std::to_string(reqs.size()) + " requests exceeds " + std::to_string(((size_t)1 << kIndexBits) - 1));
+  auto f = std::make_unique<Flight>();
+  const uint64_t seq = f->seq = ++flightSeq_;
+  f->done.assign(reqs.size(), 0);
+  f->reqs = std::move(reqs);
+  flights_.push_back(std::move(f));
+  uringPump(submit);
+  return seq;
 #else
   (void)reqs;
   throw std::runtime_error(path_ + ": io_uring backend unavailable");
+#endif
+}
+
+void Loader::uringPrep(Flight& f, size_t i) {
+#ifdef NP_HAVE_LIBURING
+  io_uring* ring = &ring_->ring;
+  io_uring_sqe* sqe = io_uring_get_sqe(ring);
+  if (!sqe) {  // cannot happen: queued + submitted <= depth = SQ size
+    ring_->broken = true;
+    throw std::runtime_error(path_ + ": io_uring submission queue full");
+  }
+  const ReadReq& r = f.reqs[i];
+  const unsigned len = (unsigned)std::min<uint64_t>(r.length - f.done[i], 0x7ffff000ull);
+  uint8_t* dst = r.dst + f.done[i];
+  if (fixed_ && dst >= fixed_->ptr && (size_t)(dst - fixed_->ptr) + len <= fixed_->size)
+    io_uring_prep_read_fixed(sqe, fd_, dst, len, r.fileOffset + f.done[i], 0);
+  else
+    io_uring_prep_read(sqe, fd_, dst, len, r.fileOffset + f.done[i]);
+  io_uring_sqe_set_data64(sqe, (f.seq << kIndexBits) | (uint64_t)i);
+  queued_++;
+  f.onRing++;
+#else
+  (void)f;
+  (void)i;
+#endif
+}
+
+void Loader::uringPump(bool submit) {
+#ifdef NP_HAVE_LIBURING
+  for (auto& fp : flights_) {
+    Flight& f = *fp;
+    while (f.err.empty() && queued_ + submitted_ < qd_ && !f.resubmit.empty()) {
+      uringPrep(f, f.resubmit.back());
+      f.resubmit.pop_back();
+    }
+    while (f.err.empty() && queued_ + submitted_ < qd_ && f.next < f.reqs.size()) {
+      const size_t i = f.next++;
+      if (f.reqs[i].length == 0) continue;
+      uringPrep(f, i);
+    }
+  }
+  if (!queued_ || !submit) return;
+  const int ret = io_uring_submit(&ring_->ring);
+  if (ret >= 0) {
+    const size_t n = std::min<size_t>(queued_, (size_t)ret);
+    queued_ -= n;
+    submitted_ += n;
+  } else if (ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+    // The SQEs stay queued in the ring and nothing was submitted: mark the ring unusable rather
+    // than guess what the kernel holds
+    ring_->broken = true;
+    throw std::runtime_error(path_ + ": io_uring_submit failed: " + errText(-ret));
+  }
+#endif
+}
+
+void Loader::uringReap(unsigned want) {
+#ifdef NP_HAVE_LIBURING
+  io_uring* ring = &ring_->ring;
+  io_uring_cqe* cqe = nullptr;
+  const int ret = io_uring_wait_cqe_nr(ring, &cqe, want);
+  if (ret == -EINTR || ret == -EAGAIN) return;
+  if (ret < 0) {
+    ring_->broken = true;
+    throw std::runtime_error(path_ + ": io_uring_wait_cqe failed: " + errText(-ret));
+  }
+  while (cqe) {
+    const uint64_t ud = io_uring_cqe_get_data64(cqe);
+    const int res = cqe->res;
+    io_uring_cqe_seen(ring, cqe);
+    submitted_--;
+    const uint64_t seq = ud >> kIndexBits;
+    const size_t i = (size_t)(ud & (((uint64_t)1 << kIndexBits) - 1));
+    Flight* fp = nullptr;
+    for (auto& g : flights_)
+      if (g->seq == seq) fp = g.get();
+    if (!fp || i >= fp->reqs.size()) {  // cannot happen: a flight leaves only with nothing on the ring
+      ring_->broken = true;
+      throw std::runtime_error(path_ + ": io_uring completion for no batch in flight");
+    }
+    Flight& f = *fp;
+    f.onRing--;
+    const ReadReq& r = f.reqs[i];
+    if (res < 0) {
+      if (res == -EAGAIN || res == -EINTR) {
+        if (f.err.empty()) f.resubmit.push_back(i);
+      } else {
+        f.setErr(i, failMsg(path_, r.fileOffset + f.done[i], r.length - f.done[i], -res));
+      }
+    } else if (res == 0) {
+      f.setErr(i, shortReadMsg(path_, r, f.done[i]));
+    } else {
+      f.done[i] += (uint64_t)res;
+      if (f.done[i] < r.length) {
+        if (r.fileOffset + f.done[i] >= size_)
+          f.setErr(i, shortReadMsg(path_, r, f.done[i]));
+        else if (f.err.empty())
+          f.resubmit.push_back(i);  // short read inside the file: read the remainder
+      }
+    }
+    cqe = nullptr;
+    if (io_uring_peek_cqe(ring, &cqe) != 0) cqe = nullptr;
+  }
+#else
+  (void)want;
+#endif
+}
+
+void Loader::uringFinish(uint64_t batch) {
+#ifdef NP_HAVE_LIBURING
+  auto it = std::find_if(flights_.begin(), flights_.end(), [&](const auto& f) { return f->seq == batch; });
+  if (it == flights_.end()) throw std::out_of_range(path_ + ": batch " + std::to_string(batch) + " is not in flight");
+  Flight& f = **it;
+  if (ring_->broken) {
+    // what the kernel still holds is unknown: the batch fails, and leaves
+    flights_.erase(it);
+    throw std::runtime_error(path_ + ": io_uring is in a failed state; reopen the loader");
+  }
+  while (!f.finished()) {
+    uringPump();
+    if (queued_) continue;  // nothing submitted (EAGAIN/EBUSY): try again
+    if (f.finished()) break;
+    // Wait for this batch's requests on the ring and those of the batches before it (they went
+    // first): one wake-up a batch (on a single-issuer ring the completions are not even posted
+    // before). A batch deeper than the ring refills it: after one completion, or on a
+    // single-issuer ring (where the wake-ups are what it saves) after half of those submitted.
+    size_t ahead = 0;
+    for (auto& g : flights_) {
+      ahead += g->onRing;
+      if (g.get() == &f) break;
+    }
+    const unsigned want = (unsigned)std::max<size_t>(1, !f.toQueue() ? std::min(ahead, submitted_) : singleIssuer_ ? submitted_ / 2 : 1);
+    uringReap(want);
+  }
+  std::string err = std::move(f.err);
+  flights_.erase(std::find_if(flights_.begin(), flights_.end(), [&](const auto& g) { return g->seq == batch; }));
+  if (!err.empty()) throw std::runtime_error(err);
+#else
+  (void)batch;
 #endif
 }
 

@@ -51,6 +51,19 @@ class Loader {
   // Reads every request completely or throws (first error). Serialised per loader.
   void readBatch(const std::vector<ReadReq>& reqs);
 
+  // io_uring only: submits a batch and returns at once (its number); finishBatch waits for it on
+  // the same thread and throws its first error. Several batches may be in flight, finished in any
+  // order; the calling thread does all the work (no background thread): on a single-issuer ring
+  // the device's completions are posted only when finishBatch enters the kernel. Throws
+  // std::logic_error for the pread backend, std::out_of_range for a batch not in flight.
+  // With submit false the batch's requests are only queued on the ring: submitQueued (or the
+  // next start or finish) hands them to the kernel.
+  uint64_t startBatch(std::vector<ReadReq> reqs, bool submit = true);
+  void finishBatch(uint64_t batch);
+  void submitQueued();
+  // An io_uring failure left reads in an unknown state (they may still land): reopen the loader.
+  bool ringBroken() const;
+
   // io_uring: register `buf` with the ring (one buffer per loader, replacing the last); reads
   // landing inside it are then READ_FIXED, which spares the kernel pinning and unpinning the
   // destination's pages on every request (0.1-1.7 us a read here). Returns "" or why it was not
@@ -70,7 +83,13 @@ class Loader {
   const std::string& note() const { return note_; }  // why "auto" fell back, if it did
 
  private:
-  void readUring(const std::vector<ReadReq>& reqs);
+  // io_uring: batches in flight on the ring (flights), oldest first; the calls below hold batchMu_
+  struct Flight;
+  uint64_t uringStart(std::vector<ReadReq> reqs, bool submit);
+  void uringFinish(uint64_t batch);
+  void uringPump(bool submit = true);  // queue the flights' next requests while the ring has room, submit
+  void uringReap(unsigned want);   // wait for `want` completions, then take every one there is
+  void uringPrep(Flight& f, size_t i);
   void readPread(const std::vector<ReadReq>& reqs);
   void workerLoop();
   void runPreadJob();
@@ -84,7 +103,10 @@ class Loader {
   unsigned qd_ = 1;
   Backend backend_ = Backend::Pread;
   std::string note_;
-  std::mutex batchMu_;  // one batch at a time per loader
+  std::mutex batchMu_;  // one batch at a time per loader (io_uring: one call at a time)
+  std::vector<std::unique_ptr<Flight>> flights_;
+  uint64_t flightSeq_ = 0;
+  size_t queued_ = 0, submitted_ = 0;  // requests on the ring: queued, not yet submitted; submitted, not completed
   BufferRef fixed_;     // the registered buffer (io_uring), or null
   bool singleIssuer_ = false;  // ring set up SINGLE_ISSUER | DEFER_TASKRUN | R_DISABLED
   bool enabled_ = false;       // … and enabled by its first reader, issuer_
