@@ -193,16 +193,21 @@ export interface NativeAddon {
   /**
    * readBatch in the background: the same requests (same checks), then `copies`
    * ([dstOffset, srcOffset, length]… from buffer copySrc into copyDst) once every read is
-   * complete. Returns a ticket at once; the reads and copies run FIFO on the lane's background
-   * thread (lane 0 or 1, one thread each per process), which sleeps in the kernel while the
-   * device works, so the caller computes meanwhile. Batches on different lanes do not wait for
-   * each other; a single-issuer loader must always be read on the same lane. Do not touch the
-   * destinations before readBatchWait(ticket).
+   * complete. Returns a ticket at once. Lanes 0 and 1: the reads and copies run FIFO on the
+   * lane's background thread (one each per process), which sleeps in the kernel while the device
+   * works, so the caller computes meanwhile; batches on different lanes do not wait for each
+   * other. Lane 2 (io_uring loaders only): no thread; the requests are queued on the ring and
+   * handed to the kernel by this thread during its next parallel kernel call (while the pool's
+   * workers start on it), and readBatchWait, on this thread, reaps them and copies on the pool;
+   * its batches may be waited for in any order. A single-issuer loader must always be read on
+   * the same lane (lane 2: the same thread). Do not touch the destinations before
+   * readBatchWait(ticket).
    */
   readBatchStart(loaderId: number, requests: Float64Array, copyDst: number, copySrc: number, copies: Float64Array, lane?: number): number;
   /**
    * Block until the ticket's batch is done; returns its bytes and when the background thread
-   * ran it (t0, t1: µs on process.hrtime's clock, as the trace's nowUs), or throws its error
+   * ran it (lane 2: when it was started and when its reads were reaped) (t0, t1: µs on
+   * process.hrtime's clock, as the trace's nowUs), or throws its error
    * ("readBatchWait: FILE: …"). Each ticket is waited for once.
    */
   readBatchWait(ticket: number): { bytes: number; t0: number; t1: number };

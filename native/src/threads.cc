@@ -20,6 +20,14 @@ namespace np {
 namespace {
 
 thread_local int t_index = 0;
+thread_local std::vector<std::function<void()>> t_deferred;  // poolDefer's work, oldest first
+
+void runDeferred() {
+  if (t_deferred.empty()) return;
+  std::vector<std::function<void()>> work;
+  work.swap(t_deferred);
+  for (auto& f : work) f();
+}
 
 // Job protocol (no waiting for workers that never showed up): the caller publishes a job
 // (fn, nChunks, next = 0) and opens it (closed = false), bumps `generation` to wake the
@@ -113,6 +121,8 @@ struct Pool {
     std::unique_lock<std::mutex> run(runMu, std::try_to_lock);
     int T = std::min<int>(maxT, nThreads);
     if (!run.owns_lock() || T <= 1 || n == 1 || workers.empty()) {
+      // deferred work waits for a parallel job, unless none may come from this caller
+      if (workers.empty() || maxT <= 1) runDeferred();
       for (int64_t c = 0; c < n; c++) f(c);
       return;
     }
@@ -127,6 +137,7 @@ struct Pool {
       generation.fetch_add(1, std::memory_order_release);
     }
     cv.notify_all();
+    runDeferred();  // while the workers start on the chunks
     int saved = t_index;
     t_index = 0;
     drain();
@@ -176,6 +187,8 @@ int poolCallerCap() { return t_callerCap; }
 int poolDefaultThreads() { return defaultThreads(); }
 void poolRun(int64_t n, int maxT, const std::function<void(int64_t)>& fn) { pool().run(n, maxT, fn); }
 int poolThreadIndex() { return t_index; }
+void poolDefer(std::function<void()> fn) { t_deferred.push_back(std::move(fn)); }
+void poolFlushDeferred() { runDeferred(); }
 void poolStats(uint64_t* jobs, uint64_t* workerChunks, uint64_t* callerChunks) {
   Pool& p = pool();
   *jobs = p.statJobs.load();

@@ -339,7 +339,7 @@ describe("direct-I/O loader", () => {
     expect(() => N.readBatchWait(tB)).toThrow(new RegExp(`readBatchWait: ticket ${tB} is not a batch in flight`));
     // loader a's ring belongs to lane 0's thread: on lane 1 its batch fails, naming why
     expect(() => N.readBatchWait(N.readBatchStart(a, x.req, dA, stA, x.copies, 1))).toThrow(/belongs to the thread that read first \(single issuer\)/);
-    expect(() => N.readBatchStart(a, x.req, dA, stA, x.copies, 2)).toThrow("readBatchStart: lane 2 is not 0..1");
+    expect(() => N.readBatchStart(a, x.req, dA, stA, x.copies, 3)).toThrow("readBatchStart: lane 3 is not 0..2");
     expect(() => N.readBatchStart(a, x.req, dA, stA, x.copies, "1" as unknown as number)).toThrow("readBatchStart: lane must be a number");
     for (const buf of [stA, stB, dA, dB]) N.free(buf);
     N.closeLoader(a);
@@ -351,6 +351,75 @@ describe("direct-I/O loader", () => {
     expect(() => N.openLoader(file, { backend: "uring", queueDepth: 4, directIO: true, singleIssuer: 1 as unknown as boolean })).toThrow(
       "openLoader: opts.singleIssuer must be a boolean",
     );
+  });
+
+  it.runIf(uringOk)("the caller lane (2): batches submitted at once and reaped by the wait on the same thread land byte for byte, in flight together and waited for in any order, deeper than the ring, beside synchronous reads; an error names file and offset and leaves the loader working; a pread loader refuses", () => {
+    const nBlocks = (8 * MiB) / BLK;
+    for (const singleIssuer of [true, false]) {
+      // a depth of 16: the batches of 64 below are refilled while they are waited for
+      const id = N.openLoader(file, { backend: "uring", queueDepth: 16, directIO: true, singleIssuer });
+      const staging = N.alloc(3 * 64 * BLK);
+      const dst = N.alloc(3 * 64 * 3000);
+      const want = Buffer.alloc(3 * 64 * 3000);
+      const tickets: number[] = [];
+      for (let b = 0; b < 3; b++) {
+        const idx = blocks(64, nBlocks, 101 + b);
+        const req = new Float64Array(64 * 4);
+        const copies = new Float64Array(64 * 3);
+        for (let i = 0; i < 64; i++) {
+          const k = b * 64 + i;
+          req.set([idx[i] * BLK, BLK, staging, k * BLK], i * 4);
+          // each block's bytes 100..3100 to a packed place in dst, in reverse order within the batch
+          copies.set([(b * 64 + 63 - i) * 3000, k * BLK + 100, 3000], i * 3);
+          ref.copy(want, (b * 64 + 63 - i) * 3000, idx[i] * BLK + 100, idx[i] * BLK + 3100);
+        }
+        tickets.push(N.readBatchStart(id, req, dst, staging, copies, 2));
+      }
+      // a synchronous batch on the same ring while three wait to be reaped
+      const { got, want: w } = readBlocks(id, blocks(20, nBlocks, 9), new Array(20).fill(1));
+      expect(got.equals(w)).toBe(true);
+      // the last first, then the first, then the middle one
+      const t0 = Number(process.hrtime.bigint() / 1000n);
+      for (const k of [2, 0, 1]) {
+        const d = N.readBatchWait(tickets[k]);
+        expect(d.bytes).toBe(64 * BLK);
+        // submitted before, reaped by this wait (the clock of process.hrtime)
+        expect(d.t0).toBeLessThanOrEqual(t0 + 1);
+        expect(d.t1).toBeGreaterThanOrEqual(d.t0);
+        expect(Buffer.from(N.viewU8(dst, k * 64 * 3000, 64 * 3000)).equals(want.subarray(k * 64 * 3000, (k + 1) * 64 * 3000))).toBe(true);
+      }
+      expect(() => N.readBatchWait(tickets[0])).toThrow(/readBatchWait: ticket \d+ is not a batch in flight/);
+      // a read past the end fails at the wait, naming file and offset; the batch beside it lands
+      const bad = N.readBatchStart(id, new Float64Array([8 * MiB, BLK, staging, 0]), dst, staging, new Float64Array(), 2);
+      const ok = N.readBatchStart(id, new Float64Array([5 * BLK, BLK, staging, BLK]), dst, staging, new Float64Array([0, BLK, BLK]), 2);
+      expect(() => N.readBatchWait(bad)).toThrow(`readBatchWait: ${file}: short read at offset ${8 * MiB}: got 0 of 4096 bytes`);
+      expect(N.readBatchWait(ok).bytes).toBe(BLK);
+      expect(Buffer.from(N.viewU8(dst, 0, BLK)).equals(ref.subarray(5 * BLK, 6 * BLK))).toBe(true);
+      // freeing the buffers while a batch is in flight is safe: the batch holds them
+      const s2 = N.alloc(BLK);
+      const d2 = N.alloc(BLK);
+      const t2 = N.readBatchStart(id, new Float64Array([7 * BLK, BLK, s2, 0]), d2, s2, new Float64Array([0, 0, BLK]), 2);
+      N.free(s2);
+      expect(N.readBatchWait(t2).bytes).toBe(BLK);
+      expect(Buffer.from(N.viewU8(d2, 0, BLK)).equals(ref.subarray(7 * BLK, 8 * BLK))).toBe(true);
+      for (const b of [d2, staging, dst]) N.free(b);
+      N.closeLoader(id);
+    }
+    // a single-issuer ring first read on lane 0's thread belongs to it: the caller lane is refused at once
+    const a = N.openLoader(file, { backend: "uring", queueDepth: 16, directIO: true, singleIssuer: true });
+    const buf = N.alloc(BLK);
+    N.readBatchWait(N.readBatchStart(a, new Float64Array([0, BLK, buf, 0]), buf, buf, new Float64Array(), 0));
+    expect(() => N.readBatchStart(a, new Float64Array([0, BLK, buf, 0]), buf, buf, new Float64Array(), 2)).toThrow(
+      `readBatchStart: ${file}: this loader's io_uring ring belongs to the thread that read first (single issuer); read from that thread only`,
+    );
+    N.closeLoader(a);
+    // the pread backend has no ring to submit on
+    const p = N.openLoader(file, { backend: "pread", queueDepth: 4, directIO: true });
+    expect(() => N.readBatchStart(p, new Float64Array([0, BLK, buf, 0]), buf, buf, new Float64Array(), 2)).toThrow(
+      `readBatchStart: ${file}: batches finished later need the io_uring backend`,
+    );
+    N.closeLoader(p);
+    N.free(buf);
   });
 
   it("refuses a read-only file mapping as destination", () => {

@@ -1,5 +1,7 @@
 #include "io/async_reads.h"
 
+#include <algorithm>
+
 #include <condition_variable>
 #include <cstring>
 #include <ctime>
@@ -9,6 +11,8 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+
+#include "threads.h"
 
 namespace np::io {
 
@@ -102,16 +106,87 @@ AsyncReads& lane(int i) {
   return lanes[i];
 }
 
+// The caller lane's batches in flight: what each waits to copy, and the buffers it holds.
+class CallerReads {
+ public:
+  uint64_t submit(AsyncJob&& job) {
+    const double t0 = monotonicUs();
+    // queued now, handed to the kernel by this thread during its next parallel job (threads.h)
+    const uint64_t batch = job.loader->startBatch(job.reqs, false);  // throws before anything is kept
+    poolDefer([l = job.loader] {
+      try {
+        l->submitQueued();
+      } catch (...) {
+        // the ring is marked failed: the batch's wait reports it
+      }
+    });
+    std::lock_guard<std::mutex> g(mu_);
+    const uint64_t t = ++seq_;
+    jobs_.emplace(t, Pending{std::move(job), batch, t0});
+    return t;
+  }
+
+  AsyncDone wait(uint64_t ticket) {
+    Pending p;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = jobs_.find(ticket);
+      if (it == jobs_.end()) throw std::out_of_range("ticket " + std::to_string(ticket) + " is not a batch in flight");
+      p = std::move(it->second);
+      jobs_.erase(it);
+    }
+    try {
+      p.job.loader->finishBatch(p.batch);  // throws the batch's error, its reads all back …
+    } catch (...) {
+      // … unless the ring failed: reads may still land in the batch's buffers, kept for good
+      if (p.job.loader->ringBroken()) {
+        std::lock_guard<std::mutex> g(mu_);
+        held_.push_back(std::move(p.job.keep));
+      }
+      throw;
+    }
+    const std::vector<AsyncCopy>& c = p.job.copies;
+    // a few KiB each: chunks of 16 copies on the pool
+    const int64_t perChunk = 16;
+    poolRun(((int64_t)c.size() + perChunk - 1) / perChunk, poolGetThreads(), [&](int64_t k) {
+      const size_t end = std::min(c.size(), (size_t)((k + 1) * perChunk));
+      for (size_t i = (size_t)(k * perChunk); i < end; i++)
+        if (c[i].n) std::memmove(c[i].dst, c[i].src, c[i].n);
+    });
+    return AsyncDone{p.job.bytes, p.t0, monotonicUs()};
+  }
+
+ private:
+  struct Pending {
+    AsyncJob job;
+    uint64_t batch = 0;
+    double t0 = 0;
+  };
+  std::mutex mu_;
+  std::unordered_map<uint64_t, Pending> jobs_;
+  std::vector<std::vector<BufferRef>> held_;
+  uint64_t seq_ = 0;
+};
+
+CallerReads& callerLane() {
+  static CallerReads c;
+  return c;
+}
+
+constexpr int kTicketLanes = kCallerLane + 1;
+
 }  // namespace
 
-// A ticket is the lane's own sequence number times kAsyncLanes, plus the lane.
+// A ticket is the lane's own sequence number times kTicketLanes, plus the lane.
 uint64_t asyncSubmit(AsyncJob&& job, int laneIndex) {
-  if (laneIndex < 0 || laneIndex >= kAsyncLanes) throw std::out_of_range("lane " + std::to_string(laneIndex) + " is not 0.." + std::to_string(kAsyncLanes - 1));
-  return lane(laneIndex).submit(std::move(job)) * kAsyncLanes + (uint64_t)laneIndex;
+  if (laneIndex < 0 || laneIndex > kCallerLane) throw std::out_of_range("lane " + std::to_string(laneIndex) + " is not 0.." + std::to_string(kCallerLane));
+  const uint64_t seq = laneIndex == kCallerLane ? callerLane().submit(std::move(job)) : lane(laneIndex).submit(std::move(job));
+  return seq * kTicketLanes + (uint64_t)laneIndex;
 }
 AsyncDone asyncWait(uint64_t ticket) {
+  const int laneIndex = (int)(ticket % kTicketLanes);
   try {
-    return lane((int)(ticket % kAsyncLanes)).wait(ticket / kAsyncLanes);
+    return laneIndex == kCallerLane ? callerLane().wait(ticket / kTicketLanes) : lane(laneIndex).wait(ticket / kTicketLanes);
   } catch (const std::out_of_range&) {
     throw std::out_of_range("ticket " + std::to_string(ticket) + " is not a batch in flight");
   }

@@ -38,8 +38,14 @@ struct AsyncDone {
 };
 
 constexpr int kAsyncLanes = 2;
+// A lane without a thread: asyncSubmit submits the reads from the calling thread and returns
+// (an io_uring loader, Loader::startBatch); asyncWait, on that thread, reaps them and copies on
+// the compute pool. No thread wakes another (the background lanes cost a few context switches
+// and futex calls a batch). The job's times are its submission and when its reads were reaped.
+constexpr int kCallerLane = kAsyncLanes;
 
-// Queues the job on lane 0..kAsyncLanes-1 (std::out_of_range otherwise); returns its ticket (> 0).
+// Queues the job on lane 0..kCallerLane (std::out_of_range otherwise; std::logic_error for the
+// caller lane and a loader without io_uring); returns its ticket (> 0).
 uint64_t asyncSubmit(AsyncJob&& job, int lane = 0);
 // Blocks until the ticket's job is done and forgets it; returns what it did or throws the
 // job's error (std::runtime_error). Unknown tickets (never issued, or already waited for) throw

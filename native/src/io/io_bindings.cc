@@ -206,7 +206,9 @@ Napi::Value ReadBatch(const Napi::CallbackInfo& info) {
 // readBatchStart(loaderId, requests, copyDst, copySrc, copies: Float64Array of
 //                [dstOffset, srcOffset, length] per copy[, lane = 0]) -> ticket
 // The reads, then the copies (copySrc -> copyDst), run in the background on the lane's thread
-// (async_reads.h). A single-issuer loader must always be read on the same lane.
+// (lanes 0 and 1), or are submitted now and completed by readBatchWait on the calling thread
+// (lane 2, io_uring loaders; async_reads.h). A single-issuer loader must always be read on the
+// same lane (and lane 2: the same thread).
 Napi::Value ReadBatchStart(const Napi::CallbackInfo& info) {
   const char* fn = "readBatchStart";
   Napi::Env env = info.Env();
@@ -230,14 +232,18 @@ Napi::Value ReadBatchStart(const Napi::CallbackInfo& info) {
   if (info.Length() > 5 && !info[5].IsUndefined()) {
     if (!info[5].IsNumber()) typeErr(env, fn, "lane must be a number");
     const double v = info[5].As<Napi::Number>().DoubleValue();
-    if (!(v >= 0 && v < kAsyncLanes && v == std::floor(v))) rangeErr(env, fn, "lane " + fmt(v) + " is not 0.." + std::to_string(kAsyncLanes - 1));
+    if (!(v >= 0 && v <= kCallerLane && v == std::floor(v))) rangeErr(env, fn, "lane " + fmt(v) + " is not 0.." + std::to_string(kCallerLane));
     lane = (int)v;
   }
   job.loader = l;
   for (auto& [id, b] : bufs) job.keep.push_back(b);
   job.keep.push_back(dst);
   job.keep.push_back(src);
-  return Napi::Number::New(env, (double)asyncSubmit(std::move(job), lane));
+  try {
+    return Napi::Number::New(env, (double)asyncSubmit(std::move(job), lane));
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, std::string(fn) + ": " + e.what());
+  }
 }
 
 // readBatchWait(ticket) -> { bytes, t0, t1 } (t0/t1: when the background thread ran the batch,
