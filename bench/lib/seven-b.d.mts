@@ -3,7 +3,16 @@ export interface Cofire {
   group: number;
   share: string | undefined;
 }
-export declare const SEVEN_B_OPTIONS: Record<"cofire-group" | "cofire-share", { type: "string" }>;
-export declare function cofireOf(v: { "cofire-group"?: string; "cofire-share"?: string }): Cofire;
+type SevenBValues = { "cofire-group"?: string; "cofire-share"?: string; "cold-share"?: string; "target-recall"?: string };
+export declare const SEVEN_B_OPTIONS: Record<keyof SevenBValues, { type: "string" }>;
+export declare const TRAINER_RECALL: string;
+export declare function cofireOf(v: SevenBValues): Cofire;
+export declare function coldShareOf(v: SevenBValues): string;
+export declare function targetRecallOf(v: SevenBValues): string;
 export declare function cofireSynthArgs(c: Cofire): string[];
-export declare function sevenBFiles(dir: string, c: Cofire): { name: string; model: string; profile: string; predictor: string; pack: string; corpus: string };
+export declare function sevenBFiles(
+  dir: string,
+  c: Cofire,
+  coldShare?: string,
+  targetRecall?: string,
+): { name: string; model: string; profile: string; predictorArgs: string[]; predictor: string; pack: string; corpus: string };

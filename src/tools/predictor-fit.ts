@@ -29,10 +29,13 @@ import { coldMargins, coldNeurons, groupScores } from "./cold-margins.js";
 import { Mat, mulT, orthonormalizeRows, symmetricEigen, transpose } from "./linalg.js";
 import { firedBit } from "../sparse/fired-bits.js";
 
+/** Recall the trainer's thresholds reach on their calibration tokens unless told otherwise (about 0.995 on unseen text). */
+export const DEFAULT_TARGET_RECALL = 0.998;
+
 export interface LinearFitOptions {
   /** Largest rank tried, a multiple of 32 (default min(256, n_embd)). */
   maxRank?: number;
-  /** Recall the per-neuron margins must reach on the calibration tokens (default 0.998: about 0.995 on unseen text). */
+  /** Recall the per-neuron margins must reach on the calibration tokens (default DEFAULT_TARGET_RECALL). */
   targetRecall?: number;
   /** Predictor bytes ≤ sizeBudget · the layer's FFN bytes (gate + up + down as stored) (default 0.15). */
   sizeBudget?: number;
@@ -126,7 +129,7 @@ export function fitLinearPredictors(model: Model, fit: Collected, cal: Collected
   const type = opts.type ?? GGMLType.Q8_0;
   const maxRank = Math.min(opts.maxRank ?? Math.min(256, E), Math.floor(F / RANK_STEP) * RANK_STEP);
   if (maxRank < RANK_STEP || maxRank % RANK_STEP !== 0) throw new RangeError(`maxRank must be a positive multiple of ${RANK_STEP} ≤ n_ff, got ${maxRank}`);
-  const targetRecall = opts.targetRecall ?? 0.998;
+  const targetRecall = opts.targetRecall ?? DEFAULT_TARGET_RECALL;
   const sizeBudget = opts.sizeBudget ?? 0.15;
   const maxRatio = opts.maxRatio ?? 1.6;
   const coldShare = opts.coldShare ?? 0;

@@ -10,7 +10,7 @@ import { collectActivations, type Collected } from "./collect-activations.js";
 
 export { collectActivations, type Collected } from "./collect-activations.js";
 import type { LayerPredictor, LayerReport } from "../sparse/predictor-file.js";
-import { fitLinearPredictors } from "./predictor-fit.js";
+import { DEFAULT_TARGET_RECALL, fitLinearPredictors } from "./predictor-fit.js";
 import { firedBit } from "../sparse/fired-bits.js";
 
 export interface TrainOptions {
@@ -30,7 +30,7 @@ export interface TrainOptions {
   batch?: number; // default 64
   lr?: number; // default 3e-3
   seed?: number; // default 1
-  /** Recall the threshold(s) must reach on the training split (mlp) or the calibration tokens (linear). Default 0.998. */
+  /** Recall the threshold(s) must reach on the training split (mlp) or the calibration tokens (linear). Default DEFAULT_TARGET_RECALL (0.998). */
   targetRecall?: number;
   /** hidden = clamp(roundTo32(widthFactor · activeMean), 32, maxHidden). Default 0.75. */
   widthFactor?: number;
@@ -128,7 +128,7 @@ export function trainPredictors(model: Model, tokens: readonly number[], opts: T
     batch: opts.batch ?? 64,
     lr: opts.lr ?? 3e-3,
     seed: opts.seed ?? 1,
-    targetRecall: opts.targetRecall ?? 0.998,
+    targetRecall: opts.targetRecall ?? DEFAULT_TARGET_RECALL,
     widthFactor: opts.widthFactor ?? 0.75,
     maxHidden: opts.maxHidden ?? 256,
     sizeBudget: opts.sizeBudget ?? (form === "linear" ? 0.15 : 0.1),

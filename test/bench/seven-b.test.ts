@@ -2,7 +2,8 @@
 // writes them) and the scripts that read them: checked against the names docs/benchmarks.md
 // records for the runs (hand-written, not derived from the helper).
 import { describe, expect, it } from "vitest";
-import { coldShareOf, cofireOf, cofireSynthArgs, sevenBFiles, targetRecallOf } from "../../bench/lib/seven-b.mjs";
+import { coldShareOf, cofireOf, cofireSynthArgs, sevenBFiles, targetRecallOf, TRAINER_RECALL } from "../../bench/lib/seven-b.mjs";
+import { DEFAULT_TARGET_RECALL } from "../../src/tools/predictor-fit.js";
 
 describe("the 7B bench model's files", () => {
   it("default: co-firing groups of 8 at share 0.7, predictors with cold share 0.5 at recall 0.995", () => {
@@ -17,7 +18,9 @@ describe("the 7B bench model's files", () => {
     expect(f.predictor).toBe("/m/llama2-7b-sparse-q4_0-seed1-cofire8-share0.7.gguf.predictor-linear-cold0.5-recall0.995.gguf");
     expect(f.corpus).toBe("/m/random-tokens-llama2-seed1-16k.txt");
     expect(f.predictorArgs).toEqual(["--cold-share", "0.5", "--target-recall", "0.995"]);
-    // the trainer's recall: the files of the runs of 2026-11-29 (morning, later)
+    // the trainer's recall: the files of the runs of 2026-11-29 (morning, later); the bench's copy
+    // of the trainer's default is the trainer's own (else it would name files trained at another)
+    expect(TRAINER_RECALL).toBe(String(DEFAULT_TARGET_RECALL));
     const r998 = sevenBFiles("/m", c, "0.5", targetRecallOf({ "target-recall": "0.998" }));
     expect(r998.pack).toBe("/m/llama2-7b-sparse-q4_0-seed1-cofire8-share0.7-linear-cold0.5.pack.gguf");
     expect(r998.predictorArgs).toEqual(["--cold-share", "0.5"]);

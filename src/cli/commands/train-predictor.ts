@@ -1,5 +1,6 @@
 // neuronpipe train-predictor: per-layer activation predictors, trained in native code.
 import { formatReport, trainPredictors } from "../../tools/train-predictor.js";
+import { DEFAULT_TARGET_RECALL } from "../../tools/predictor-fit.js";
 import { writePredictors } from "../../sparse/predictor-file.js";
 import { modelFingerprint } from "../../sparse/pack/fingerprint.js";
 import { checkOverwrite, forceHelp, forceOption, num, type Command } from "../command.js";
@@ -9,7 +10,7 @@ import { progressBar } from "../progress.js";
 
 export const trainPredictor: Command = {
   summary: "fit per-layer activation predictors (low-rank linear, closed form; or PowerInfer's MLP) on collected activations",
-  usage: "neuronpipe train-predictor [--model PATH] [--corpus FILE|DIR] [--out PATH] [--form linear|mlp] [--max-rank 256] [--target-recall 0.998]",
+  usage: `neuronpipe train-predictor [--model PATH] [--corpus FILE|DIR] [--out PATH] [--form linear|mlp] [--max-rank 256] [--target-recall ${DEFAULT_TARGET_RECALL}]`,
   options: {
     model: { type: "string", short: "m" },
     corpus: { type: "string", short: "c" },
@@ -40,7 +41,7 @@ export const trainPredictor: Command = {
     "max-rank": "linear: the largest rank tried, a multiple of 32 (default min(256, n_embd)); each layer takes the rank that reads the fewest bytes per token",
     "size-budget": "linear: a layer's predictor bytes ≤ this share of its FFN bytes (default 0.15); mlp: of its FFN parameters (default 0.1)",
     epochs: "mlp: passes over the training activations (default 3)",
-    "target-recall": "recall the thresholds reach on the calibration tokens (linear) or the training split (mlp); default 0.998",
+    "target-recall": `recall the thresholds reach on the calibration tokens (linear) or the training split (mlp); default ${DEFAULT_TARGET_RECALL}`,
     "cold-share": "linear: share of each layer's neurons, those firing least, whose margin is chosen apart: a false flag of one costs a read when it is offloaded (default 0: one margin for all)",
     "cold-cost": "linear, with --cold-share: what a cold neuron's flag costs in hot ones' (default 32); the two margins are the cheapest reaching --target-recall",
     "train-fraction": "share of the corpus tokens used for training (default 0.8)",
