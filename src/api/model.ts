@@ -40,7 +40,7 @@ export class Model {
 
   /** A trace recorder for generations of this model (to `path`, or kept in memory), its header naming the decoder and the bytes each step of a token touches. */
   createTrace(path?: string): TraceRecorder {
-    return new TraceRecorder({ mode: this.decoder.kind, model: this.path, threads: {}, costs: stepCosts(this.file, this.config, this.sparse), ...(this.plan ? { plan: this.plan as unknown as TraceHeader["plan"] } : {}) }, path);
+    return new TraceRecorder({ mode: this.decoder.kind, model: this.path, threads: {}, costs: stepCosts(this.file, this.config, this.sparse), ...(this.sparse ? { io: this.sparse.describeIo() } : {}), ...(this.plan ? { plan: this.plan as unknown as TraceHeader["plan"] } : {}) }, path);
   }
 
   createSession(options: SessionOptions = {}): Session {

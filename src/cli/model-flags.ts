@@ -25,6 +25,7 @@ export const modelFlags = {
   predictor: { type: "string" },
   io: { type: "string" },
   "queue-depth": { type: "string" },
+  "read-lane": { type: "string" },
   "pin-gates": { type: "string" },
   "read-ahead": { type: "string" },
   "sparse-stats": { type: "boolean" },
@@ -40,6 +41,8 @@ export const modelFlagsHelp: Record<keyof typeof modelFlags, string> = {
   predictor: "neuron pack only: trained (the pack's predictors, default) or oracle (compute every gate)",
   io: "neuron pack only: storage reads through uring, pread or auto (default auto)",
   "queue-depth": "neuron pack only: reads in flight (default 32)",
+  "read-lane":
+    "neuron pack only: caller (default with io_uring) or background: the reads ahead are submitted and reaped by the decoding thread, or run on a thread of their own woken for each batch (the pread backend's way)",
   "pin-gates":
     "neuron pack only: auto (default: keep every gate row resident when they take ≤ 75% of the neuron cache), on or off; with pinned gate rows a predicted neuron costs a read only if it fires",
   "read-ahead":
@@ -62,6 +65,8 @@ export async function openFromFlags(path: string, v: Values, o: { threads?: numb
   const backend = v.io as string | undefined;
   if (backend !== undefined && backend !== "auto" && backend !== "uring" && backend !== "pread") throw new UsageError(`--io must be auto, uring or pread, got "${backend}"`);
   const queueDepth = num(v["queue-depth"], "queue-depth", { int: true, min: 1 });
+  const readLane = v["read-lane"] as string | undefined;
+  if (readLane !== undefined && readLane !== "caller" && readLane !== "background") throw new UsageError(`--read-lane must be caller or background, got "${readLane}"`);
   const readAhead = num(v["read-ahead"], "read-ahead", { int: true, min: 0 });
   const pin = v["pin-gates"] as string | undefined;
   if (pin !== undefined && pin !== "auto" && pin !== "on" && pin !== "off") throw new UsageError(`--pin-gates must be auto, on or off, got "${pin}"`);
@@ -70,7 +75,7 @@ export async function openFromFlags(path: string, v: Values, o: { threads?: numb
     decoder: kind as OpenOptions["decoder"],
     memory: v.memory as string | undefined,
     predictor,
-    io: backend !== undefined || queueDepth !== undefined ? { backend, queueDepth } : undefined,
+    io: backend !== undefined || queueDepth !== undefined || readLane !== undefined ? { backend, queueDepth, readLane } : undefined,
     pinGates: pin === undefined ? undefined : pin === "auto" ? "auto" : pin === "on",
     readAhead,
     plan: v.plan as string | undefined,
@@ -89,8 +94,8 @@ export async function openFromFlags(path: string, v: Values, o: { threads?: numb
 
 /** Library option names in a message → the flags a CLI user typed. */
 function flagNames(msg: string): string {
-  const names: Record<string, string> = { plan: "--plan", memory: "--memory", predictor: "--predictor", io: "--io", pinGates: "--pin-gates", readAhead: "--read-ahead", decoder: "--decoder", contextSize: "--ctx", threads: "--threads" };
-  return msg.replace(/^(\w+)(?= )/, (w) => names[w] ?? w).replace(/decoder "(\w+)"/, "--decoder $1");
+  const names: Record<string, string> = { plan: "--plan", memory: "--memory", predictor: "--predictor", io: "--io", "io.readLane": "--read-lane", pinGates: "--pin-gates", readAhead: "--read-ahead", decoder: "--decoder", contextSize: "--ctx", threads: "--threads" };
+  return msg.replace(/^([\w.]+)(?= )/, (w) => names[w] ?? w).replace(/decoder "(\w+)"/, "--decoder $1");
 }
 
 /** One line (or a table with `perLayer`) of a pack's statistics: hit rate, reads, predicted and fired neurons, peak memory. */

@@ -133,7 +133,7 @@ export async function openModelFile(path: string, o: OpenOptions = {}): Promise<
     );
   }
   const actors = kind === "pipeline" || kind === "blocking";
-  const io = { backend: o.io?.backend ?? "auto", queueDepth: o.io?.queueDepth ?? 32, directIO: o.io?.directIO ?? true, directIOAsked: o.io?.directIO === true } as const;
+  const io = { backend: o.io?.backend ?? "auto", queueDepth: o.io?.queueDepth ?? 32, directIO: o.io?.directIO ?? true, directIOAsked: o.io?.directIO === true, readLane: o.io?.readLane } as const;
   const parts = openSparseParts(path, p, {
     budget,
     predictor,

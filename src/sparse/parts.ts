@@ -28,6 +28,12 @@ export interface IoOptions {
   backend?: "auto" | "uring" | "pread";
   queueDepth?: number;
   directIO?: boolean;
+  /**
+   * Where background reads (reads ahead) are submitted and completed: "caller" (default, io_uring
+   * only) by the decoding thread itself, which submits a batch and reaps it when it needs the
+   * neurons; "background" by a thread of their own, woken for each batch (the pread backend's way).
+   */
+  readLane?: "caller" | "background";
 }
 
 export interface LayerFfnStats {
@@ -161,7 +167,13 @@ export class SparseParts {
 
   /** The memory plan, reads and predictor, in words. */
   describe(): string {
-    return `${describePlan(this.plan)}\nI/O: ${this.io.backend}, queue depth ${this.io.queueDepth}, ${this.io.directIO ? "O_DIRECT" : "buffered"}${this.io.note ? ` (${this.io.note})` : ""}, ${this.io.fixedBuffers}${this.io.aheadRing ? `, reads ahead on ${this.io.aheadRing}` : ""}; predictor: ${this.predictor}; hot-region preload read ${(this.cache.preloadBytes / 2 ** 20).toFixed(1)} MiB`;
+    return `${describePlan(this.plan)}\nI/O: ${this.describeIo()}; predictor: ${this.predictor}; hot-region preload read ${(this.cache.preloadBytes / 2 ** 20).toFixed(1)} MiB`;
+  }
+
+  /** How the pack is read, in words: backend, depth, direct I/O, registered buffers, and where the reads ahead run (also in a trace's header). */
+  describeIo(): string {
+    const io = this.io;
+    return `${io.backend}, queue depth ${io.queueDepth}, ${io.directIO ? "O_DIRECT" : "buffered"}${io.note ? ` (${io.note})` : ""}, ${io.fixedBuffers}${io.aheadRing ? `, reads ahead on ${io.aheadRing}` : ""}`;
   }
 
   dispose(): void {
@@ -187,7 +199,7 @@ export class SparseParts {
 export interface SparseOpenOptions {
   budget: number;
   predictor: PredictorMode;
-  io: Required<Pick<IoOptions, "backend" | "queueDepth" | "directIO">> & { directIOAsked: boolean };
+  io: Required<Pick<IoOptions, "backend" | "queueDepth" | "directIO">> & Pick<IoOptions, "readLane"> & { directIOAsked: boolean };
   plan: PlanOptions;
   /** Fill the hot and cold regions at load (LLMFlash's window cache starts empty: false). */
   preload: boolean;
@@ -216,6 +228,16 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
   // Without pinned gate rows, a layer's own missing neurons are read in the background too, on
   // a loader and lane of their own: on the reads ahead's lane they would queue behind the batch
   // for a later layer (measured: ~0.4 ms a layer on the 7B)
+  // background batches submitted and reaped by the decoding thread: no thread woken for a batch
+  // (measured on the 7B half offloaded: ~200 fewer context switches a token, docs/benchmarks.md);
+  // the pread backend's reads need its threads
+  const readLane = o.io.readLane ?? "caller";
+  if (readLane !== "caller" && readLane !== "background") throw new RangeError(`io.readLane must be "caller" or "background", got ${JSON.stringify(readLane)}`);
+  if (o.io.readLane === "caller" && info.backend !== "uring") {
+    n.closeLoader(loaderId);
+    throw new RangeError(`io.readLane "caller" needs the io_uring backend; this loader reads through pread${info.note ? ` (${info.note})` : ""}`);
+  }
+  const callerReads = readLane === "caller" && info.backend === "uring";
   let aheadId = -1;
   let nowId = -1;
   if (plan.readAheadBytes > 0) {
@@ -252,7 +274,7 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
     owned.push(...weights.buffers.slice(1));
     weights.buffers = owned;
     const bundles = bundleLayoutOf(pack);
-    cache = new NeuronCache(pack, plan, { id: loaderId, backend: info.backend, directIO: info.directIO, aheadId, nowId });
+    cache = new NeuronCache(pack, plan, { id: loaderId, backend: info.backend, directIO: info.directIO, aheadId, nowId, callerReads: callerReads && aheadId >= 0 });
     scratch = createFfnScratch(cfg.nFF, cfg.nEmbd, plan.options.batchSize);
     pred = o.predictor === "trained" ? loadPredictorWeights(pack) : undefined;
     const ffn: FfnLayout = {
@@ -278,7 +300,7 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
       directIO: info.directIO,
       note: info.note ?? (o.io.directIO && !info.directIO ? "the filesystem refused O_DIRECT" : undefined),
       fixedBuffers,
-      aheadRing: aheadId >= 0 ? aheadRing(n.loaderInfo(aheadId)) : undefined,
+      aheadRing: aheadId >= 0 ? aheadRing(n.loaderInfo(aheadId), callerReads) : undefined,
     });
     parts.sample();
     return parts;
@@ -294,10 +316,11 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
   }
 }
 
-/** The reads ahead's ring, in words (undefined for the pread backend, which has none). */
-function aheadRing(info: ReturnType<NativeAddon["loaderInfo"]>): string | undefined {
+/** The reads ahead's ring and who submits and reaps its batches, in words (undefined for the pread backend, which has none). */
+function aheadRing(info: ReturnType<NativeAddon["loaderInfo"]>, caller: boolean): string | undefined {
   if (info.backend !== "uring") return undefined;
-  return info.singleIssuer ? "a single-issuer ring" : `a plain ring${info.note ? ` (${info.note})` : ""}`;
+  const ring = info.singleIssuer ? "a single-issuer ring" : `a plain ring${info.note ? ` (${info.note})` : ""}`;
+  return `${ring}, ${caller ? "submitted and reaped by the decoding thread" : "on background threads"}`;
 }
 
 /**

@@ -99,6 +99,8 @@ export interface TraceHeader {
   startedAt: string; // ISO date
   threads: Record<string, number>; // lane → OS thread id (for the exported lanes)
   costs?: StepCosts; // bytes per step (absent in traces written before the time budget)
+  /** How a pack is read (SparseParts.describeIo): backend, queue depth, where the reads ahead are submitted and reaped; packs only. */
+  io?: string;
   /** The execution plan the model was opened with (src/plan/planner.ts ExecutionPlan: knobs, overrides, predicted speed); packs only. */
   plan?: { knobs: Record<string, unknown>; overrides?: Record<string, unknown>; predicted: { tokPerSec: number } } & Record<string, unknown>;
 }

@@ -4,7 +4,8 @@
 // They change where bytes come from, never what is computed: the logits are bit-identical to the
 // same budget without reads ahead, whose tokens are the dense engine's (oracle) at every budget;
 // the reads ahead are real (counted, used, traced with the background thread's times) and the
-// budget holds.
+// budget holds. Both read lanes: batches submitted and reaped by the decoding thread (the
+// default) and on background threads.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -65,21 +66,28 @@ describe.each([
   { pinGates: true, coldKeep: 0, budgets: [0.45, 0.6, 0.8] },
   { pinGates: false, coldKeep: 0.9, budgets: [0.3, 0.45, 0.6] },
 ])("reads ahead, gate rows pinned: $pinGates, cold region kept: $coldKeep", ({ pinGates, coldKeep, budgets }) => {
-  it("are read, used and bit-identical to no reads ahead at three budgets, with the oracle and the trained predictor; the budget holds", async () => {
+  it("are read, used and bit-identical to no reads ahead at three budgets, on either read lane, with the oracle and the trained predictor; the budget holds", async () => {
     for (const predictor of ["oracle", "trained"] as const) {
       for (const f of budgets) {
         const memory = budget(f, predictor === "trained");
         const runs = [];
-        for (const readAhead of [0, 64]) {
-          const m = await loadSparseModel(packPath, { memory, predictor, decoder: "inline", contextSize: ctx, pinGates, readAhead, coldKeep });
+        const lanes = [
+          { readAhead: 0, readLane: undefined },
+          { readAhead: 64, readLane: "caller" },
+          { readAhead: 64, readLane: "background" },
+        ] as const;
+        for (const { readAhead, readLane } of lanes) {
+          const m = await loadSparseModel(packPath, { memory, predictor, decoder: "inline", contextSize: ctx, pinGates, readAhead, coldKeep, io: { readLane } });
           try {
             const sp = m.sparse!;
             expect(sp.cache.pinned).toBe(pinGates);
             // (at 45% the cold region is smaller than the room the LRU keeps: nothing kept)
             if (f >= 0.6) expect(sp.plan.coldKept > 0, `${f}`).toBe(coldKeep > 0);
             expect(sp.plan.readAheadBytes > 0, `readAhead ${readAhead}`).toBe(readAhead > 0);
-            // the reads ahead go through their own ring, single-issuer where io_uring is the backend (kernel ≥ 6.1)
-            expect(sp.io.aheadRing).toBe(readAhead > 0 && sp.io.backend === "uring" ? "a single-issuer ring" : undefined);
+            // the reads ahead go through their own ring, single-issuer where io_uring is the backend (kernel ≥ 6.1),
+            // by default submitted and reaped by the decoding thread
+            const by = readLane === "background" ? "on background threads" : "submitted and reaped by the decoding thread";
+            expect(sp.io.aheadRing).toBe(readAhead > 0 && sp.io.backend === "uring" ? `a single-issuer ring, ${by}` : undefined);
             const logits = logitsPerStep(m);
             sp.sample();
             const st = sp.cache.stats;
@@ -90,26 +98,28 @@ describe.each([
             await m[Symbol.asyncDispose]();
           }
         }
-        const [off, on] = runs;
-        const what = `${predictor} at ${f} of the FFN`;
-        // real reads ahead, some of them used (whether they pay depends on the model: on this one
-        // the staging's share of a small cache and the look-ahead's precision cost more reads on
-        // the critical path than they save, so the plan turns them off by default)
-        expect(on!.aheadReads, what).toBeGreaterThan(0);
-        expect(on!.aheadUsed, what).toBeGreaterThan(0);
-        // no more used than read: a request reads a run of neurons, each at least a block
-        const pack = openPack(packPath);
-        expect(on!.aheadUsed, what).toBeLessThanOrEqual(on!.aheadBytes / (pinGates ? pack.upDownBlock : pack.bundleBytes));
-        expect(off!.aheadReads, what).toBe(0);
-        for (let i = 0; i < steps; i++) expect(Buffer.from(on!.logits[i]!.buffer).equals(Buffer.from(off!.logits[i]!.buffer)), `${what}: step ${i}`).toBe(true);
+        const [off, ...ons] = runs;
+        for (const [k, on] of ons.entries()) {
+          const what = `${predictor} at ${f} of the FFN, ${lanes[k + 1]!.readLane} lane`;
+          // real reads ahead, some of them used (whether they pay depends on the model: on this one
+          // the staging's share of a small cache and the look-ahead's precision cost more reads on
+          // the critical path than they save, so the plan turns them off by default)
+          expect(on!.aheadReads, what).toBeGreaterThan(0);
+          expect(on!.aheadUsed, what).toBeGreaterThan(0);
+          // no more used than read: a request reads a run of neurons, each at least a block
+          const pack = openPack(packPath);
+          expect(on!.aheadUsed, what).toBeLessThanOrEqual(on!.aheadBytes / (pinGates ? pack.upDownBlock : pack.bundleBytes));
+          expect(off!.aheadReads, what).toBe(0);
+          for (let i = 0; i < steps; i++) expect(Buffer.from(on!.logits[i]!.buffer).equals(Buffer.from(off!.logits[i]!.buffer)), `${what}: step ${i}`).toBe(true);
+        }
         // the oracle's logits pick the dense engine's tokens
         if (predictor === "oracle") expect(off!.logits.map(argmax)).toEqual(dense.slice(0, steps));
       }
     }
   }, 300_000);
 
-  it("are traced on the I/O lane with the background thread's times, inside their token; the budget table's reads count their bytes", async () => {
-    const m = await loadSparseModel(packPath, { memory: budget(0.5, true), predictor: "trained", decoder: "inline", contextSize: ctx, pinGates, readAhead: 64, coldKeep });
+  it.each(["caller", "background"] as const)("are traced on the I/O lane with the reading's times (%s lane), inside their token; the budget table's reads count their bytes", async (readLane) => {
+    const m = await loadSparseModel(packPath, { memory: budget(0.5, true), predictor: "trained", decoder: "inline", contextSize: ctx, pinGates, readAhead: 64, coldKeep, io: { readLane } });
     const rec = m.createTrace();
     try {
       const s = m.createSession({ contextSize: ctx });
@@ -136,7 +146,8 @@ describe.each([
       expect(s.lane).toBe("io");
       expect(s.layer).toBeGreaterThanOrEqual(0);
       const t = tokens.find((t) => t.index === s.token)!;
-      // the background thread's clock is the trace's: the batch ran within its decode step
+      // the native clock is the trace's: the batch ran within its decode step (background lane:
+      // the thread's start and end; caller lane: its submission and when its reads were reaped)
       expect(s.t0).toBeGreaterThanOrEqual(t.t0);
       expect(s.t1).toBeLessThanOrEqual(t.t1);
       expect(s.t1).toBeGreaterThanOrEqual(s.t0);

@@ -300,6 +300,25 @@ describe("default model, trained predictor", () => {
     expect(bad.code).not.toBe(0);
     expect(bad.err).toContain('--pin-gates must be auto, on or off, got "yes"');
   }, 60_000);
+
+  it("neuronpipe generate --read-lane caller|background says where the reads ahead run; the same tokens either way; a bad value, or caller without io_uring, is refused by name", async () => {
+    const run = (...extra: string[]) =>
+      runCli(["generate", "--model", defaultPack, "--memory", "26MiB", "--mode", "sync", "--read-ahead", "64", "--pin-gates", "off", "--prompt", "The whale", "--max-tokens", "8", "--temperature", "0", "--ctx", "128", ...extra]);
+    const caller = await run();
+    const background = await run("--read-lane", "background");
+    expect([caller.code, background.code]).toEqual([0, 0]);
+    expect(caller.out).toBe(background.out);
+    if (native().buildInfo().liburing) {
+      expect(caller.err).toContain("reads ahead on a single-issuer ring, submitted and reaped by the decoding thread");
+      expect(background.err).toContain("reads ahead on a single-issuer ring, on background threads");
+    }
+    const bad = await run("--read-lane", "main");
+    expect(bad.code).not.toBe(0);
+    expect(bad.err).toContain('--read-lane must be caller or background, got "main"');
+    const pread = await run("--io", "pread", "--read-lane", "caller");
+    expect(pread.code).not.toBe(0);
+    expect(pread.err).toContain('--read-lane "caller" needs the io_uring backend; this loader reads through pread');
+  }, 60_000);
 });
 
 it("neuronpipe generate --memory on a plain model says it needs a pack, naming the file and the command", async () => {

@@ -60,6 +60,8 @@ const NONE_DONE: readonly AheadDone[] = Object.freeze([]) as readonly AheadDone[
 const NONE = 0;
 const GATE = 1;
 const FULL = 2;
+/** readBatchStart's lane without a thread: submitted now, completed by the wait on the calling thread. */
+const CALLER_LANE = 2;
 /** Unchosen bundles a run of the cold region's preload reads through rather than start another request (load time only). */
 const PRELOAD_GAP = 8;
 /** A neuron's state when its slot holds its whole bundle (state table, see stateTable). */
@@ -76,6 +78,8 @@ export interface Loader {
   aheadId: number;
   /** The loader of a layer's own misses read in the background (readAhead's `now`, lane 1), or -1: they go through aheadId. */
   nowId: number;
+  /** Background batches submitted by the calling thread and completed at its wait (native lane 2), not on the background lanes' threads. */
+  callerReads: boolean;
 }
 
 export class NeuronCache {
@@ -666,8 +670,9 @@ export class NeuronCache {
     }
     if (n === 0) return 0;
     // a layer's own misses on their own loader and lane: not behind a batch for a later layer
-    const lane = now && this.loader.nowId >= 0 ? 1 : 0;
-    const ticket = this.n.readBatchStart(lane ? this.loader.nowId : this.loader.aheadId, reqs.subarray(0, 4 * r), this.arena, this.aheadStaging, copies.subarray(0, c), lane);
+    const own = now && this.loader.nowId >= 0;
+    const lane = this.loader.callerReads ? CALLER_LANE : own ? 1 : 0;
+    const ticket = this.n.readBatchStart(own ? this.loader.nowId : this.loader.aheadId, reqs.subarray(0, 4 * r), this.arena, this.aheadStaging, copies.subarray(0, c), lane);
     this.aheadSeq++;
     const list = neurons.subarray(0, n);
     this.ahead.push({ ticket, layer, neurons: list, reads: r, now });
