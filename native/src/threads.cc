@@ -20,7 +20,13 @@ namespace np {
 namespace {
 
 thread_local int t_index = 0;
+thread_local int t_callerCap = 0;
 thread_local std::vector<std::function<void()>> t_deferred;  // poolDefer's work, oldest first
+thread_local std::chrono::steady_clock::time_point t_deferredSince;
+
+// How long deferred work may wait for a parallel job while the caller runs small ones inline (a
+// residual add, a norm: between a layer's reads ahead and its next matvec there are a few).
+constexpr auto kDeferredWait = std::chrono::microseconds(50);
 
 void runDeferred() {
   if (t_deferred.empty()) return;
@@ -121,8 +127,10 @@ struct Pool {
     std::unique_lock<std::mutex> run(runMu, std::try_to_lock);
     int T = std::min<int>(maxT, nThreads);
     if (!run.owns_lock() || T <= 1 || n == 1 || workers.empty()) {
-      // deferred work waits for a parallel job, unless none may come from this caller
-      if (workers.empty() || maxT <= 1) runDeferred();
+      // deferred work waits for a parallel job, unless none can come from this caller (no
+      // workers, or capped to one thread) or it has waited long enough
+      if (!t_deferred.empty() && (workers.empty() || t_callerCap == 1 || std::chrono::steady_clock::now() - t_deferredSince > kDeferredWait))
+        runDeferred();
       for (int64_t c = 0; c < n; c++) f(c);
       return;
     }
@@ -179,16 +187,15 @@ void poolSetThreads(int n) {
 }
 int poolGetThreads() { return pool().nThreads; }
 
-namespace {
-thread_local int t_callerCap = 0;
-}
 void poolSetCallerCap(int n) { t_callerCap = n < 0 ? 0 : n; }
 int poolCallerCap() { return t_callerCap; }
 int poolDefaultThreads() { return defaultThreads(); }
 void poolRun(int64_t n, int maxT, const std::function<void(int64_t)>& fn) { pool().run(n, maxT, fn); }
 int poolThreadIndex() { return t_index; }
-void poolDefer(std::function<void()> fn) { t_deferred.push_back(std::move(fn)); }
-void poolFlushDeferred() { runDeferred(); }
+void poolDefer(std::function<void()> fn) {
+  if (t_deferred.empty()) t_deferredSince = std::chrono::steady_clock::now();
+  t_deferred.push_back(std::move(fn));
+}
 void poolStats(uint64_t* jobs, uint64_t* workerChunks, uint64_t* callerChunks) {
   Pool& p = pool();
   *jobs = p.statJobs.load();

@@ -32,10 +32,9 @@ int poolThreadIndex();
 
 // Work the calling thread defers to its next parallel job (a batch of reads to hand to the
 // kernel): run there by the caller while the workers start on the job's chunks, so it takes no
-// core from compute. Without workers, or in a job the caller caps to one thread, it runs at the
-// start of the next poolRun; poolFlushDeferred runs it now. fn must not throw.
+// core from compute. Without workers, with the caller capped to one thread, or after waiting
+// 50 µs through jobs run inline, it runs at the start of the next poolRun. fn must not throw.
 void poolDefer(std::function<void()> fn);
-void poolFlushDeferred();
 
 // Diagnostics: jobs run on the pool (not inline) and chunks done by workers / by callers.
 void poolStats(uint64_t* jobs, uint64_t* workerChunks, uint64_t* callerChunks);
