@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
-import { native } from "../../src/native.js";
+import { GGMLType, native } from "../../src/native.js";
 
 const N = native();
 const MiB = 1 << 20;
@@ -403,6 +403,32 @@ describe("direct-I/O loader", () => {
       expect(N.readBatchWait(t2).bytes).toBe(BLK);
       expect(Buffer.from(N.viewU8(d2, 0, BLK)).equals(ref.subarray(7 * BLK, 8 * BLK))).toBe(true);
       for (const b of [d2, staging, dst]) N.free(b);
+      N.closeLoader(id);
+    }
+    // the batch is handed to the kernel during the caller's next parallel kernel call, not at the
+    // wait: on a plain ring the reads land in staging before anything waits for them (the copies
+    // into dst are the wait's)
+    {
+      const id = N.openLoader(file, { backend: "uring", queueDepth: 64, directIO: true });
+      const staging = N.alloc(32 * BLK);
+      const idx = blocks(32, nBlocks, 77);
+      const req = new Float64Array(32 * 4);
+      for (let i = 0; i < 32; i++) req.set([idx[i] * BLK, BLK, staging, i * BLK], i * 4);
+      const want = Buffer.concat(idx.map((b) => ref.subarray(b * BLK, (b + 1) * BLK)));
+      const t = N.readBatchStart(id, req, staging, staging, new Float64Array(), 2);
+      // a 2048 × 2048 F32 matvec: work for every thread of the pool
+      const w = N.alloc(2048 * 2048 * 4);
+      const x = N.alloc(2048 * 4);
+      const y = N.alloc(2048 * 4);
+      N.matvec(GGMLType.F32, w, 0, 2048, 2048, x, 0, y, 0);
+      let landed = false;
+      for (let k = 0; k < 200 && !landed; k++) {
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
+        landed = Buffer.from(N.viewU8(staging, 0, 32 * BLK)).equals(want);
+      }
+      expect(landed).toBe(true);
+      expect(N.readBatchWait(t).bytes).toBe(32 * BLK);
+      for (const b of [w, x, y, staging]) N.free(b);
       N.closeLoader(id);
     }
     // a single-issuer ring first read on lane 0's thread belongs to it: the caller lane is refused at once
