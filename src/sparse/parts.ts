@@ -212,6 +212,8 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
   const n = native();
   const cfg = pack.config;
   const plan = planMemory(pack, o.budget, o.plan); // throws with the numbers when it cannot fit
+  const readLane = o.io.readLane ?? "caller";
+  if (readLane !== "caller" && readLane !== "background") throw new RangeError(`io.readLane must be "caller" or "background", got ${JSON.stringify(readLane)}`);
   let loaderId: number;
   try {
     loaderId = n.openLoader(path, o.io);
@@ -221,6 +223,14 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
     loaderId = n.openLoader(path, { ...o.io, directIO: false });
   }
   const info = n.loaderInfo(loaderId);
+  // background batches submitted and reaped by the decoding thread: no thread woken for a batch
+  // (measured on the 7B half offloaded: ~190 fewer context switches a token, docs/benchmarks.md);
+  // the pread backend's reads need its threads
+  if (o.io.readLane === "caller" && info.backend !== "uring") {
+    n.closeLoader(loaderId);
+    throw new RangeError(`io.readLane "caller" needs the io_uring backend; this loader reads through pread${info.note ? ` (${info.note})` : ""}`);
+  }
+  const callerReads = readLane === "caller" && info.backend === "uring";
   // reads ahead go through their own loader, deep enough to take a whole batch in one submission,
   // its ring used by the background thread alone (singleIssuer): that thread then needs no core
   // until the batch is done (with the loader's depth of 32 it must wake to refill the queue, and
@@ -228,16 +238,6 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
   // Without pinned gate rows, a layer's own missing neurons are read in the background too, on
   // a loader and lane of their own: on the reads ahead's lane they would queue behind the batch
   // for a later layer (measured: ~0.4 ms a layer on the 7B)
-  // background batches submitted and reaped by the decoding thread: no thread woken for a batch
-  // (measured on the 7B half offloaded: ~200 fewer context switches a token, docs/benchmarks.md);
-  // the pread backend's reads need its threads
-  const readLane = o.io.readLane ?? "caller";
-  if (readLane !== "caller" && readLane !== "background") throw new RangeError(`io.readLane must be "caller" or "background", got ${JSON.stringify(readLane)}`);
-  if (o.io.readLane === "caller" && info.backend !== "uring") {
-    n.closeLoader(loaderId);
-    throw new RangeError(`io.readLane "caller" needs the io_uring backend; this loader reads through pread${info.note ? ` (${info.note})` : ""}`);
-  }
-  const callerReads = readLane === "caller" && info.backend === "uring";
   let aheadId = -1;
   let nowId = -1;
   if (plan.readAheadBytes > 0) {

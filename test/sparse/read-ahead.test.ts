@@ -118,6 +118,12 @@ describe.each([
     }
   }, 300_000);
 
+  it("a read lane that is not caller or background is refused by name", async () => {
+    await expect(loadSparseModel(packPath, { memory: budget(0.5, true), decoder: "inline", contextSize: ctx, pinGates, readAhead: 64, io: { readLane: "main" as "caller" } })).rejects.toThrow(
+      'io.readLane must be "caller" or "background", got "main"',
+    );
+  });
+
   it.each(["caller", "background"] as const)("are traced on the I/O lane with the reading's times (%s lane), inside their token; the budget table's reads count their bytes", async (readLane) => {
     const m = await loadSparseModel(packPath, { memory: budget(0.5, true), predictor: "trained", decoder: "inline", contextSize: ctx, pinGates, readAhead: 64, coldKeep, io: { readLane } });
     const rec = m.createTrace();
