@@ -1,16 +1,18 @@
 // The phase check (plan/phase.ts) against hand computations: a machine at half its probe's memory
 // speed takes exactly twice as long for every compute step and every fixed cost of the time model,
 // and its reads take as long as before; at half its read rate only the reads' throughput doubles.
-// The meter against a rate this test measures itself: a probe whose Q4_0 matvec is what this
-// process just read over the same working set gives a phase near 1.
+// The meter against a hand computation: on a clock that moves only in its matvecs, at the time
+// 10 GB/s would take, a probe of 20 GB/s gives a phase of 0.5 (a rate measured by the test
+// itself moved by tens of percent between seconds: the meter's speed is the benchmark's to show).
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { packPlannerInput } from "../../src/decode/planned.js";
 import { machineIdentity, type MachineBounds } from "../../src/plan/machine.js";
 import { atPhase, meanPhase, PhaseMeter } from "../../src/plan/phase.js";
 import { tokenTime } from "../../src/plan/time-model.js";
 import { GGMLType, native } from "../../src/native.js";
+import { tensorTypeName } from "../../src/gguf/types.js";
 import { budgetForFfnFraction, planMemory, planOptions } from "../../src/sparse/memory-plan.js";
 import { openPack } from "../../src/sparse/pack/open.js";
 import { runCli } from "../helpers/cli.js";
@@ -77,50 +79,41 @@ describe("machine phase", () => {
     expect(meanPhase([phase(0.64, 1), phase(1, 1)]).memory).toBeCloseTo(0.8, 12);
   });
 
-  it("the meter: against a probe whose matvec rate this test has just measured over the same working set, the phase is near 1; no probe file, no read check", () => {
+  it("the meter: at a clock where each matvec of its working set takes as long as 10 GB/s, against a probe's 20 GB/s, the phase is 0.5; it reads the probe's working set; no probe file, no read check", () => {
     const n = native();
     const cols = 4096;
     const matrixBytes = n.rowBytes(GGMLType.Q4_0, cols) * cols;
     const count = 3;
-    // this test's own measurement: 3 matrices of 4096² Q4_0, matvec'd in turn for 0.3 s
-    const w = n.alloc(count * matrixBytes);
-    const x = n.alloc(cols * 4);
-    const y = n.alloc(cols * 4);
-    let GBps: number;
-    try {
-      n.fillUniform(x, 0, cols, 3n, 1);
-      const pass = () => {
-        for (let i = 0; i < count; i++) n.matvec(GGMLType.Q4_0, w, i * matrixBytes, cols, cols, x, 0, y, 0);
-      };
-      for (let i = 0; i < 5; i++) pass();
-      let passes = 0;
-      const t0 = performance.now();
-      while (performance.now() - t0 < 300) {
-        pass();
-        passes++;
-      }
-      GBps = (passes * count * matrixBytes) / ((performance.now() - t0) / 1000) / 1e9;
-    } finally {
-      for (const id of [w, x, y]) n.free(id);
-    }
     const m = machine();
     const threads = n.getThreads();
     m.memory = [{ threads, readGBps: 40 }];
-    m.kernels = [{ type: "Q4_0", kernel: "matvec", threads, GBps }];
+    m.kernels = [{ type: "Q4_0", kernel: "matvec", threads, GBps: 20 }];
     m.workingSets = [
       { bytes: count * matrixBytes, GBps: 1 }, // the curve is flat here: the table's rate is the model's
       { bytes: 2 ** 27, GBps: 1 },
     ];
+    // the clock the meter reads moves only in the matvecs (each still run): a matrix's bytes at 10 GB/s
+    let clock = 0;
+    const now = vi.spyOn(performance, "now").mockImplementation(() => clock);
+    const matvec = n.matvec;
+    const matrices = new Set<string>();
+    n.matvec = (...a: Parameters<typeof matvec>) => {
+      matrices.add(`${tensorTypeName(a[0])} ${a[3]}×${a[4]} at ${a[1]}:${a[2]}`);
+      clock += (a[3] * n.rowBytes(a[0], a[4])) / 10e9 * 1e3;
+      return matvec(...a);
+    };
     const meter = new PhaseMeter(m, 2 ** 25);
     try {
       expect(meter.workingSet).toBe(count * matrixBytes); // the probe's point nearest 32 MiB
-      const p = meter.measure(0.3);
-      // this machine's speed moves by tens of percent between seconds: a wrong count of matrices
-      // or bytes would be off by 3× or more
-      expect(p.memory).toBeGreaterThan(0.6);
-      expect(p.memory).toBeLessThan(1.6);
+      const p = meter.measure(0.05);
+      expect(p.memory).toBeCloseTo(0.5, 9);
       expect(p.reads).toBe(1); // the probe's file does not exist
+      // every matrix of the working set, and nothing else
+      expect(matrices.size).toBe(count);
+      for (const k of matrices) expect(k).toMatch(/^Q4_0 4096×4096 at /);
     } finally {
+      n.matvec = matvec;
+      now.mockRestore();
       meter.dispose();
     }
     expect(() => meter.measure()).toThrow(/after dispose/);
