@@ -24,6 +24,20 @@ struct Result {
   AsyncDone what{0, 0, 0};
 };
 
+// A batch's copies from staging into their slots, once its reads are all back: on the calling
+// thread, or (a few KiB each) in chunks of 16 on the compute pool.
+void runCopies(const std::vector<AsyncCopy>& c, bool onPool) {
+  const auto range = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; i++)
+      if (c[i].n) std::memmove(c[i].dst, c[i].src, c[i].n);
+  };
+  if (!onPool) return range(0, c.size());
+  const int64_t perChunk = 16;
+  poolRun(((int64_t)c.size() + perChunk - 1) / perChunk, poolGetThreads(), [&](int64_t k) {
+    range((size_t)(k * perChunk), std::min(c.size(), (size_t)((k + 1) * perChunk)));
+  });
+}
+
 double monotonicUs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -76,8 +90,7 @@ class AsyncReads {
       const double t0 = monotonicUs();
       try {
         job.loader->readBatch(job.reqs);
-        for (const AsyncCopy& c : job.copies)
-          if (c.n) std::memmove(c.dst, c.src, c.n);
+        runCopies(job.copies, false);  // this lane's thread is not one of the pool's
       } catch (const std::exception& e) {
         err = e.what();
       }
@@ -112,7 +125,8 @@ class CallerReads {
   uint64_t submit(AsyncJob&& job) {
     const double t0 = monotonicUs();
     // queued now, handed to the kernel by this thread during its next parallel job (threads.h)
-    const uint64_t batch = job.loader->startBatch(job.reqs, false);  // throws before anything is kept
+    // the loader keeps the requests for the flight; the job keeps its copies and buffers
+    const uint64_t batch = job.loader->startBatch(std::move(job.reqs), false);  // throws before anything is kept
     poolDefer([l = job.loader] {
       try {
         l->submitQueued();
@@ -145,14 +159,7 @@ class CallerReads {
       }
       throw;
     }
-    const std::vector<AsyncCopy>& c = p.job.copies;
-    // a few KiB each: chunks of 16 copies on the pool
-    const int64_t perChunk = 16;
-    poolRun(((int64_t)c.size() + perChunk - 1) / perChunk, poolGetThreads(), [&](int64_t k) {
-      const size_t end = std::min(c.size(), (size_t)((k + 1) * perChunk));
-      for (size_t i = (size_t)(k * perChunk); i < end; i++)
-        if (c[i].n) std::memmove(c[i].dst, c[i].src, c[i].n);
-    });
+    runCopies(p.job.copies, true);
     return AsyncDone{p.job.bytes, p.t0, monotonicUs()};
   }
 
