@@ -78,11 +78,23 @@ export function kvCacheBytes(cfg: ModelConfig, ctx: number, type: number = GGMLT
   return Math.ceil((ctx * cfg.nHeadKv * cfg.headDim * elt) / 4096) * 4096 * 2 * cfg.nLayer;
 }
 
+/** Bytes of the KV cache touched at a time when it is created. */
+const TOUCH_CHUNK = 64 * 2 ** 20;
+
+/**
+ * A KV cache of `ctx` positions, every page of it touched now: left to the decode, each layer's
+ * K and V pages were first touched by the token that reached them, and on this VM the token at
+ * context position 64 took 350–430 ms instead of ~90 on the 7B (docs/benchmarks.md,
+ * "2026-11-29 (evening)"). The memory plans count the whole cache already.
+ */
 export function createKVCache(cfg: ModelConfig, ctx: number, type: number = GGMLType.F16): KVCache {
+  const n = native();
   const rowLen = cfg.nHeadKv * cfg.headDim;
   const bytes = kvCacheBytes(cfg, ctx, type);
   const layerBytes = bytes / (2 * cfg.nLayer);
-  return { buf: native().alloc(bytes), ctx, type, rowLen, layerBytes, bytes };
+  const buf = n.alloc(bytes);
+  for (let at = 0; at < bytes; at += TOUCH_CHUNK) n.viewF32(buf, at, Math.min(TOUCH_CHUNK, bytes - at) / 4).fill(0);
+  return { buf, ctx, type, rowLen, layerBytes, bytes };
 }
 
 const gateKind = { swiglu: GateKind.SwiGLU, reglu: GateKind.ReGLU, drelu: GateKind.dReLU } as const;
