@@ -163,7 +163,8 @@ describe("dense steps", () => {
   it("a pack's steps timed on copies: every token the calls of a resident decode's token of the pack, at the profile's mean flagged and fired neurons", async () => {
     const pack = openPack(packPath);
     const shapes = packDenseShapes(pack)!;
-    const { flagged, fired } = ffnKey(pack);
+    const ffn = ffnKey(pack);
+    const { flagged, fired } = ffn;
     // the reference: one token of the inline decoder with every neuron in the cache (its slots:
     // gate, up and down rows together, as measureDenseSteps lays out its copies)
     const m = await loadSparseModel(packPath, { memory: "1GiB", predictor: "trained", decoder: "inline", contextSize: 64, pinGates: false, readAhead: 0 });
@@ -178,7 +179,7 @@ describe("dense steps", () => {
     }
     let timed!: ReturnType<typeof measureDenseSteps>;
     const calls = recordCalls(() => (timed = measureDenseSteps(shapes, 0.02)));
-    expect(timed.key).toBe(PACK_KEY + ffnKey(pack).key);
+    expect(timed.key).toBe(PACK_KEY + ffn.key);
     const tokens = timedTokens(calls, decode.at(-1)!.sig);
     expect(tokens.length).toBeGreaterThanOrEqual(3 * 4);
     // per layer: q, k, v, the scores, the output, the predictor's two matvecs and flagging, the
@@ -188,10 +189,10 @@ describe("dense steps", () => {
     expect(decode.slice(0, perLayer).map((c) => c.kernel)).toEqual(["matvec", "matvec", "matvec", "attention", "matvec", "matvec", "matvec", "flagAbove", "matvecRows", "matvecRows", "gatedAct", "axpyRows"]);
     // the slots as the cache lays them out: a gate, an up and a down row of 256 F32, 3 KiB
     expect(decode[8]!.sig).toBe("matvecRows F32 256 wide, rows 3072 B apart");
+    // the same calls in the same order; the predictor at every layer at layer 0's rank (192; this
+    // pack's later layers have 128: the key names one rank) and the gathers at the mean counts
+    const expected = decode.map((c, i) => (i < 6 * perLayer && [5, 6].includes(i % perLayer) ? decode[i % perLayer]!.sig : c.sig));
     for (const t of tokens) {
-      // the same calls in the same order; the predictor at every layer at layer 0's rank (192; this
-      // pack's later layers have 128: the key names one rank) and the gathers at the mean counts
-      const expected = decode.map((c, i) => (i < 6 * perLayer && [5, 6].includes(i % perLayer) ? decode[i % perLayer]!.sig : c.sig));
       expect(t.map((c) => c.sig)).toEqual(expected);
       for (let l = 0; l < 6; l++) {
         const counts = t.slice(l * perLayer + 8, l * perLayer + 12).map((c) => c.count);
