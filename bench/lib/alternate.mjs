@@ -1,15 +1,24 @@
 // bench/alternate.js's measurement, apart from its command line (test/bench/alternate.test.ts
 // runs it): greedy decoding straight on the model's decoder, one knob switched between blocks of
 // tokens, each decode step timed.
+import { argmax } from "../../dist/src/api/sampling.js";
 import { native } from "../../dist/src/native.js";
 
-/** How each knob is set: on the decoder (its public fields), or on the native pool. */
+/** How each knob is read and set: on the decoder (its public fields), or on the native pool. */
+const decoderKnob = (name, parse) => ({
+  parse,
+  get: (d) => field(d, name),
+  set: (d, x) => {
+    field(d, name);
+    d[name] = x;
+  },
+});
 const KNOBS = {
-  aheadLayers: { parse: integer, set: (d, x) => field(d, "aheadLayers", x) },
-  readAhead: { parse: boolean, set: (d, x) => field(d, "readAhead", x) },
-  readNow: { parse: boolean, set: (d, x) => field(d, "readNow", x) },
-  demote: { parse: boolean, set: (d, x) => field(d, "demote", x) },
-  threads: { parse: integer, set: (_d, x) => native().setThreads(x) },
+  aheadLayers: decoderKnob("aheadLayers", integer),
+  readAhead: decoderKnob("readAhead", boolean),
+  readNow: decoderKnob("readNow", boolean),
+  demote: decoderKnob("demote", boolean),
+  threads: { parse: integer, get: () => native().getThreads(), set: (_d, x) => native().setThreads(x) },
 };
 
 function integer(s) {
@@ -22,15 +31,10 @@ function boolean(s) {
   if (s === "false" || s === false) return false;
   throw new RangeError(`"${s}" is not true or false`);
 }
-function field(decoder, name, x) {
+/** The decoder's value of knob `name`; a decoder without it is refused by name. */
+function field(decoder, name) {
   if (!(name in decoder)) throw new RangeError(`the ${decoder.kind} decoder has no knob ${name}`);
-  decoder[name] = x;
-}
-
-function argmax(a) {
-  let best = 0;
-  for (let i = 1; i < a.length; i++) if (a[i] > a[best]) best = i;
-  return best;
+  return decoder[name];
 }
 
 /** Greedy token ids and per-step times (ms) of `tokens` decode steps after the prompt; before(step) runs ahead of each step. */
@@ -73,6 +77,16 @@ export async function alternate(model, { knob, a, b, tokens, block, prompt, chec
   const k = KNOBS[knob];
   if (!k) throw new RangeError(`unknown knob "${knob}" (one of ${Object.keys(KNOBS).join(", ")})`);
   const values = [k.parse(a), k.parse(b)];
+  const original = k.get(model.decoder);
+  try {
+    return await measure(model, k, values, { knob, a, b, tokens, block, prompt, check });
+  } finally {
+    k.set(model.decoder, original); // the decoder (or the pool) as it was
+  }
+}
+
+/** alternate's generations and figures, the knob set by the caller's `k` to values[0] or values[1]. */
+async function measure(model, k, values, { knob, a, b, tokens, block, prompt, check }) {
   const setting = (step) => Math.floor(step / block) % 2;
   const run = await decodeGreedy(model, prompt, tokens, (step) => {
     if (step % block === 0) k.set(model.decoder, values[setting(step)]);

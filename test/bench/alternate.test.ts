@@ -6,7 +6,7 @@
 import { describe, expect, it } from "vitest";
 // @ts-expect-error: a plain .mjs module of the bench scripts
 import { alternate } from "../../bench/lib/alternate.mjs";
-import { loadModel, type Model } from "../../src/index.js";
+import { loadModel, native, type Model } from "../../src/index.js";
 import { defaultModel, scratchDefaultPack } from "../helpers/default-pack.js";
 
 const { packPath } = scratchDefaultPack("np-alternate-");
@@ -45,7 +45,10 @@ describe("bench/alternate (knobs switched between blocks of one generation)", ()
   ])("switching %s between %s and %s keeps the dense decoder's tokens", async (knob, a, b) => {
     const dense = await denseIds();
     const { r, aheadReads } = await withPack(async (m) => {
+      const value = () => (knob === "threads" ? native().getThreads() : (m.decoder as unknown as Record<string, unknown>)[knob]);
+      const original = value();
       const r = await alternate(m, { knob, a, b, tokens, block: 3, prompt, check: true });
+      expect(value()).toBe(original); // the knob is left as it was found
       return { r, aheadReads: m.sparse!.cache.stats.reduce((t, s) => t + s.aheadReads, 0) };
     });
     expect(r.ids).toEqual(dense);
