@@ -167,8 +167,13 @@ export interface NativeAddon {
    * Returns a loader id. Throws an Error naming the path if the file cannot be opened.
    */
   openLoader(path: string, opts: { backend: "uring" | "pread" | "auto"; queueDepth: number; directIO: boolean; threads?: number; singleIssuer?: boolean }): number;
-  /** Chosen backend and parameters; fileSize is the size at open time. */
-  loaderInfo(id: number): { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; fileSize: number; threads: number; fixedBuffer: boolean; singleIssuer: boolean; path: string; note?: string };
+  /**
+   * Chosen backend and parameters; fileSize is the size at open time. align: what file offsets,
+   * lengths and destination addresses must be multiples of — with directIO 512 when a
+   * 512-aligned direct read of the file succeeded at open (its device's sector), else 4096; 1
+   * without directIO.
+   */
+  loaderInfo(id: number): { backend: "uring" | "pread"; queueDepth: number; directIO: boolean; align: number; fileSize: number; threads: number; fixedBuffer: boolean; singleIssuer: boolean; path: string; note?: string };
   /**
    * io_uring: register buffer `bufferId` with the loader's ring (one per loader, replacing the
    * last; the loader keeps it alive); reads landing inside it are READ_FIXED. Returns "" or why
@@ -183,8 +188,8 @@ export interface NativeAddon {
    * returns (synchronously, blocking the calling thread — use from a worker) the total bytes
    * once every request is complete. Destinations are bounds-checked (RangeError naming the
    * request) and must not be mapFile buffers; with directIO, fileOffset, length and the
-   * destination address must be 4096-aligned (RangeError naming the request and what is
-   * misaligned). Short reads are retried; a read that hits end of file throws
+   * destination address must be multiples of the loader's `align` (RangeError naming the request
+   * and what is misaligned). Short reads are retried; a read that hits end of file throws
    * "readBatch: FILE: short read at offset X: got Y of Z bytes", an I/O error
    * "readBatch: FILE: read failed at offset X (length Z): strerror". On error the
    * destination contents of the batch are unspecified.

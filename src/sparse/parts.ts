@@ -173,7 +173,7 @@ export class SparseParts {
   /** How the pack is read, in words: backend, depth, direct I/O, registered buffers, and where the reads ahead run (also in a trace's header). */
   describeIo(): string {
     const io = this.io;
-    return `${io.backend}, queue depth ${io.queueDepth}, ${io.directIO ? "O_DIRECT" : "buffered"}${io.note ? ` (${io.note})` : ""}, ${io.fixedBuffers}${io.aheadRing ? `, reads ahead on ${io.aheadRing}` : ""}`;
+    return `${io.backend}, queue depth ${io.queueDepth}, ${io.directIO ? `O_DIRECT (${this.cache.loader.align}-byte aligned: a bundle read as ${this.cache.bundleRead} of its ${this.pack.bundleBytes} bytes)` : "buffered"}${io.note ? ` (${io.note})` : ""}, ${io.fixedBuffers}${io.aheadRing ? `, reads ahead on ${io.aheadRing}` : ""}`;
   }
 
   dispose(): void {
@@ -274,7 +274,7 @@ export function openSparseParts(path: string, pack: Pack, o: SparseOpenOptions):
     owned.push(...weights.buffers.slice(1));
     weights.buffers = owned;
     const bundles = bundleLayoutOf(pack);
-    cache = new NeuronCache(pack, plan, { id: loaderId, backend: info.backend, directIO: info.directIO, aheadId, nowId, callerReads: callerReads && aheadId >= 0 });
+    cache = new NeuronCache(pack, plan, { id: loaderId, backend: info.backend, directIO: info.directIO, align: info.align, aheadId, nowId, callerReads: callerReads && aheadId >= 0 });
     scratch = createFfnScratch(cfg.nFF, cfg.nEmbd, plan.options.batchSize);
     pred = o.predictor === "trained" ? loadPredictorWeights(pack) : undefined;
     const ffn: FfnLayout = {

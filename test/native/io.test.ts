@@ -1,7 +1,7 @@
 // Direct-I/O loader (native/src/io): both backends, O_DIRECT on/off, several queue depths,
 // checked byte for byte against fs.readFileSync (independent reference).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { closeSync, existsSync, fsyncSync, mkdtempSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -176,6 +176,37 @@ describe("direct-I/O loader", () => {
     }
   });
 
+  it("O_DIRECT alignment: the device's sector (sysfs) when it is 512 bytes, and reads at that alignment match readFileSync", () => {
+    // the independent reference: the logical block size of the block device holding the file
+    const dev = statSync(file).dev;
+    const major = (dev >> 8) & 0xfff;
+    const minor = (dev & 0xff) | ((dev >> 12) & 0xfff00);
+    const sysfs = `/sys/dev/block/${major}:${minor}`;
+    // a partition's queue is its disk's
+    const queue = [`${sysfs}/queue/logical_block_size`, `${sysfs}/../queue/logical_block_size`].find((f) => existsSync(f));
+    const sector = queue ? Number(readFileSync(queue, "utf8")) : undefined;
+    for (const backend of backends) {
+      const id = N.openLoader(file, { backend, queueDepth: 4, directIO: true });
+      const A = N.loaderInfo(id).align;
+      expect([512, 4096]).toContain(A);
+      if (sector !== undefined) expect(A).toBe(Math.max(512, sector));
+      // three requests at offsets, lengths and destinations that are multiples of A only
+      const buf = N.alloc(64 * A + BLK);
+      const reqs = [
+        [3, 5, 1],
+        [101, 1, 7],
+        [1, 9, 13],
+      ].map(([off, len, at]) => [off! * A, len! * A, buf, at! * A]); // in units of A
+      expect(N.readBatch(id, new Float64Array(reqs.flat()))).toBe(15 * A);
+      for (const [off, len, , at] of reqs) expect(Buffer.from(N.viewU8(buf, at!, len!)).equals(ref.subarray(off!, off! + len!)), `${backend} ${off}+${len}`).toBe(true);
+      const buffered = N.openLoader(file, { backend, queueDepth: 4, directIO: false });
+      expect(N.loaderInfo(buffered).align).toBe(1);
+      N.closeLoader(buffered);
+      N.free(buf);
+      N.closeLoader(id);
+    }
+  });
+
   it("unaligned reads work without O_DIRECT", () => {
     for (const backend of backends) {
       const id = N.openLoader(file, { backend, queueDepth: 4, directIO: false });
@@ -192,17 +223,18 @@ describe("direct-I/O loader", () => {
   it("misaligned O_DIRECT requests throw a RangeError naming the request", () => {
     for (const backend of backends) {
       const id = N.openLoader(file, { backend, queueDepth: 4, directIO: true });
+      const A = N.loaderInfo(id).align; // 512 or 4096: every value below is misaligned for both
       const buf = N.alloc(4 * BLK);
       const ok = [0, BLK, buf, 0];
       expect(() => N.readBatch(id, new Float64Array([...ok, 100, BLK, buf, 0]))).toThrow(RangeError);
       expect(() => N.readBatch(id, new Float64Array([...ok, 100, BLK, buf, 0]))).toThrow(
-        /readBatch: request 1 \(fileOffset 100.*fileOffset 100 is not 4096-aligned/,
+        new RegExp(`readBatch: request 1 \\(fileOffset 100.*fileOffset 100 is not ${A}-aligned`),
       );
       expect(() => N.readBatch(id, new Float64Array([0, 1000, buf, 0]))).toThrow(
-        /request 0 .*length 1000 is not a multiple of 4096/,
+        new RegExp(`request 0 .*length 1000 is not a multiple of ${A}`),
       );
-      expect(() => N.readBatch(id, new Float64Array([0, BLK, buf, 512]))).toThrow(
-        /request 0 .*destination address \(dstOffset 512\) is not 4096-aligned/,
+      expect(() => N.readBatch(id, new Float64Array([0, BLK, buf, 256]))).toThrow(
+        new RegExp(`request 0 .*destination address \\(dstOffset 256\\) is not ${A}-aligned`),
       );
       // destination bounds
       expect(() => N.readBatch(id, new Float64Array([0, 2 * BLK, buf, 3 * BLK]))).toThrow(
@@ -253,7 +285,7 @@ describe("direct-I/O loader", () => {
       // a ticket is waited for once; errors name the function
       expect(() => N.readBatchWait(tickets[0])).toThrow(/readBatchWait: ticket \d+ is not a batch in flight/);
       expect(() => N.readBatchStart(id, new Float64Array([100, BLK, staging, 0]), dst, staging, new Float64Array())).toThrow(
-        /readBatchStart: request 0 .*fileOffset 100 is not 4096-aligned/,
+        /readBatchStart: request 0 .*fileOffset 100 is not (512|4096)-aligned/,
       );
       expect(() => N.readBatchStart(id, new Float64Array([0, BLK, staging, 0]), dst, staging, new Float64Array([64 * 5000 - 10, 0, 11]))).toThrow(
         /readBatchStart: copy 0: dst range .* outside buffer of 320000 bytes/,

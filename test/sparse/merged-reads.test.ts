@@ -2,7 +2,9 @@
 // requests and bytes a load issues, counted by hand from the pack's layout, and the bytes that
 // land in each slot against the pack file read with node:fs — with gate rows pinned (up+down
 // blocks, the gate blocks between them read along unused) and without (gate blocks). The same
-// for reads ahead (readAhead): up+down blocks with pinned gate rows, whole bundles without.
+// for reads ahead (readAhead): up+down blocks with pinned gate rows, whole bundles without. A
+// request reads its last bundle's rows rounded up to the loader's alignment, not the block's
+// padding (512-byte sectors: the default model's 8 KiB bundle is read as 6 KiB).
 import { describe, expect, it } from "vitest";
 import { loadSparseModel } from "../../src/api/model.js";
 import { native } from "../../src/native.js";
@@ -10,6 +12,15 @@ import { budgetForFfnFraction, planOptions } from "../../src/sparse/memory-plan.
 import { openPack } from "../../src/sparse/pack/open.js";
 import { scratchDefaultPack } from "../helpers/default-pack.js";
 import { fileBytes } from "../helpers/file-bytes.js";
+import type { Pack } from "../../src/sparse/pack/format.js";
+
+/** What a request starting with a gate block, an up+down block or a bundle reads, by hand: the rows up to the next multiple of the alignment (at least 512), never past the block. */
+function readLengths(pack: Pack, align: number) {
+  const a = Math.max(512, align);
+  const up = (x: number) => Math.ceil(x / a) * a;
+  const upDown = Math.min(pack.upDownBlock, up(pack.upBytes + pack.downBytes));
+  return { gate: Math.min(pack.gateBlock, up(pack.gateBytes)), upDown, bundle: pack.gateBlock + upDown };
+}
 
 const { packPath } = scratchDefaultPack("np-merged-reads-");
 const ctx = 64;
@@ -30,7 +41,11 @@ describe.each([true, false])("gate rows pinned: %s", (pinGates) => {
       while (!(cold(p) && cold(p + 1) && cold(p + 2) && cold(p + 10))) p++;
       const positions = Int32Array.from([p, p + 1, p + 2, p + 10]);
       const slots = new Int32Array(4);
-      const { bundleBytes: B, gateBlock, upDownBlock, gateBytes, upBytes, downBytes } = pack;
+      const { bundleBytes: B, gateBlock, gateBytes, upBytes, downBytes } = pack;
+      const align = native().loaderInfo(cache.loader.id).align;
+      const read = readLengths(pack, align);
+      expect([cache.gateRead, cache.upDownRead, cache.bundleRead]).toEqual([read.gate, read.upDown, read.bundle]);
+      if (align === 512) expect(read).toEqual({ gate: 1024, upDown: 2048, bundle: 6144 }); // F32 rows of 256: 1 KiB each
       cache.resetStats();
       cache.beginLease();
       let within: number;
@@ -38,12 +53,12 @@ describe.each([true, false])("gate rows pinned: %s", (pinGates) => {
       if (pinGates) {
         cache.loadUpDown(layer, positions, 4, slots);
         [within, len] = [gateBlock, upBytes + downBytes];
-        // p..p+2: one request from p's up+down block to p+2's (two bundles and a block); p+10: its block
-        expect(cache.stats[layer]!.bytesRead).toBe(2 * B + upDownBlock + upDownBlock);
+        // p..p+2: one request from p's up+down block to p+2's rows (two bundles more); p+10: its rows
+        expect(cache.stats[layer]!.bytesRead).toBe(2 * B + read.upDown + read.upDown);
       } else {
         expect(cache.loadGates(layer, positions, 0, 4, slots)).toBe(4);
         [within, len] = [0, gateBytes];
-        expect(cache.stats[layer]!.bytesRead).toBe(2 * B + gateBlock + gateBlock);
+        expect(cache.stats[layer]!.bytesRead).toBe(2 * B + read.gate + read.gate);
       }
       expect(cache.stats[layer]!.reads).toBe(2);
       const n = native();
@@ -74,14 +89,15 @@ describe.each([true, false])("reads ahead, gate rows pinned: %s", (pinGates) => 
       let p = cache.hotLimit[layer]!;
       while (!(cold(p) && cold(p + 1) && cold(p + 5))) p++;
       const positions = Int32Array.from([p, p + 1, p + 5]);
-      const { bundleBytes: B, gateBlock, upDownBlock, gateBytes, upBytes, downBytes } = pack;
+      const { bundleBytes: B, gateBlock, gateBytes, upBytes, downBytes } = pack;
+      const read = readLengths(pack, native().loaderInfo(cache.loader.id).align);
       cache.resetStats();
       expect(cache.readAhead(layer, positions, 3, 1)).toBe(3);
       cache.settle();
       const st = cache.stats[layer]!;
       expect(st.aheadReads).toBe(2);
-      // pinned: p's up+down block, a bundle more for p+1; p+5 its block. Else whole bundles.
-      expect(st.aheadBytes).toBe(pinGates ? B + upDownBlock + upDownBlock : 2 * B + B);
+      // pinned: p's up+down rows, a bundle more for p+1; p+5 its rows. Else bundles.
+      expect(st.aheadBytes).toBe(pinGates ? B + read.upDown + read.upDown : B + read.bundle + read.bundle);
       const n = native();
       for (const q of positions) {
         const s = cache.slotOfNeuron(base + q);

@@ -103,6 +103,7 @@ Napi::Value LoaderInfo(const Napi::CallbackInfo& info) {
   o.Set("backend", l->backend() == Backend::Uring ? "uring" : "pread");
   o.Set("queueDepth", (double)l->queueDepth());
   o.Set("directIO", l->directIO());
+  o.Set("align", (double)l->align());
   o.Set("fileSize", (double)l->fileSize());
   o.Set("threads", (double)l->threads());
   o.Set("fixedBuffer", l->hasFixedBuffer());
@@ -176,10 +177,12 @@ double parseReads(const Napi::CallbackInfo& info, const char* fn, const Loader& 
                             std::to_string(doff) + ", buffer has " + std::to_string(b.size));
     uint8_t* dst = b.ptr + doff;
     if (direct) {
-      if (off % kDirectAlign) rangeErr(env, fn, at() + "fileOffset " + std::to_string(off) + " is not 4096-aligned (O_DIRECT)");
-      if (ln % kDirectAlign) rangeErr(env, fn, at() + "length " + std::to_string(ln) + " is not a multiple of 4096 (O_DIRECT)");
-      if ((uintptr_t)dst % kDirectAlign)
-        rangeErr(env, fn, at() + "destination address (dstOffset " + std::to_string(doff) + ") is not 4096-aligned (O_DIRECT)");
+      const int64_t A = (int64_t)l.align();
+      const std::string a = std::to_string(A);
+      if (off % A) rangeErr(env, fn, at() + "fileOffset " + std::to_string(off) + " is not " + a + "-aligned (O_DIRECT)");
+      if (ln % A) rangeErr(env, fn, at() + "length " + std::to_string(ln) + " is not a multiple of " + a + " (O_DIRECT)");
+      if ((uintptr_t)dst % (uintptr_t)A)
+        rangeErr(env, fn, at() + "destination address (dstOffset " + std::to_string(doff) + ") is not " + a + "-aligned (O_DIRECT)");
     }
     reqs.push_back({(uint64_t)off, (uint64_t)ln, dst});
     total += (double)ln;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <climits>
 #include <cstring>
 #include <stdexcept>
@@ -67,6 +68,18 @@ struct Loader::Flight {
   bool finished() const { return onRing == 0 && !toQueue(); }
 };
 
+// The direct-I/O alignment of an O_DIRECT descriptor: one read of kSectorAlign bytes at offset
+// kSectorAlign into an address that is kSectorAlign- but not page-aligned. The kernel refuses
+// (EINVAL) a request below the file's alignment before it reads anything, so success shows that
+// sector-aligned offsets, lengths and addresses work; anything else keeps the page.
+static size_t probeAlign(int fd) {
+  void* mem = std::aligned_alloc(kDirectAlign, 2 * kDirectAlign);
+  if (!mem) return kDirectAlign;
+  const ssize_t n = pread(fd, (uint8_t*)mem + kSectorAlign, kSectorAlign, (off_t)kSectorAlign);
+  std::free(mem);
+  return n >= 0 ? kSectorAlign : kDirectAlign;
+}
+
 Loader::Loader(const std::string& path, const LoaderOpts& opts) : path_(path), direct_(opts.directIO) {
   qd_ = std::max(1u, opts.queueDepth);
   int flags = O_RDONLY | O_CLOEXEC;
@@ -91,6 +104,7 @@ Loader::Loader(const std::string& path, const LoaderOpts& opts) : path_(path), d
   }
   const off_t end = lseek(fd_, 0, SEEK_END);
   size_ = end > 0 ? (uint64_t)end : (uint64_t)st.st_size;
+  if (direct_) align_ = probeAlign(fd_);
 
   bool wantUring = opts.backend == "uring" || opts.backend == "auto";
   if (wantUring) {

@@ -38,7 +38,11 @@ struct LoaderOpts {
   bool singleIssuer = false;
 };
 
+// The direct-I/O alignment assumed when a smaller one cannot be shown (a page: every Linux
+// filesystem that takes O_DIRECT takes page-aligned requests).
 constexpr size_t kDirectAlign = 4096;
+// The smallest direct-I/O alignment tried (a sector).
+constexpr size_t kSectorAlign = 512;
 
 class Loader {
  public:
@@ -78,6 +82,10 @@ class Loader {
   Backend backend() const { return backend_; }
   unsigned queueDepth() const { return qd_; }
   bool directIO() const { return direct_; }
+  // With direct I/O: what file offsets, lengths and destination addresses must be multiples of.
+  // 512 when a 512-aligned read of this file succeeded at open (its device's sector), else 4096;
+  // 1 without direct I/O.
+  size_t align() const { return direct_ ? align_ : 1; }
   uint64_t fileSize() const { return size_; }
   unsigned threads() const { return nThreads_; }
   const std::string& note() const { return note_; }  // why "auto" fell back, if it did
@@ -100,6 +108,7 @@ class Loader {
   int fd_ = -1;
   uint64_t size_ = 0;
   bool direct_ = false;
+  size_t align_ = kDirectAlign;
   unsigned qd_ = 1;
   Backend backend_ = Backend::Pread;
   std::string note_;

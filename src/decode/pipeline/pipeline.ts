@@ -133,7 +133,7 @@ export class PipelineDecoder implements Decoder {
       threads,
     };
     cache.setDeferred(chunkBytes);
-    const window = kind === "blocking" ? new WindowCache(pack, plan, cache.reads, cache.slotBytes, this.knobs.window) : undefined;
+    const window = kind === "blocking" ? new WindowCache(pack, plan, cache.reads, cache.slotBytes, cache.bundleRead, this.knobs.window) : undefined;
     if (window) parts.policy = window; // report() shows its statistics
     this.computePool = new Piscina({ filename: workerFile("compute-worker"), minThreads: 1, maxThreads: 1, idleTimeout: Infinity, concurrentTasksPerWorker: 64, atomics: "async" });
     this.ioPool = new Piscina({ filename: workerFile("io-worker"), minThreads: 1, maxThreads: 1, idleTimeout: Infinity, concurrentTasksPerWorker: 8, atomics: "async" });

@@ -74,6 +74,8 @@ export interface Loader {
   id: number;
   backend: "uring" | "pread";
   directIO: boolean;
+  /** What read offsets and lengths must be multiples of (the loaders' `align`, native.ts). */
+  align: number;
   /** The loader of reads ahead (a queue deep enough for a whole batch), or -1. */
   aheadId: number;
   /** The loader of a layer's own misses read in the background (readAhead's `now`, lane 1), or -1: they go through aheadId. */
@@ -104,6 +106,15 @@ export class NeuronCache {
   /** Bytes read while filling the hot region at load time (not part of per-token stats). */
   preloadBytes = 0;
   readonly slotBytes: number;
+  /**
+   * Bytes read for a neuron's gate block, up+down block and whole bundle when a request starts
+   * with it: the rows, rounded up to the loader's alignment, not the block's padding (with a
+   * 512-byte alignment a Q4_0 7B bundle is read as 8.5 KiB of its 12). A request that goes on
+   * to the next bundle reads the padding in between.
+   */
+  readonly gateRead: number;
+  readonly upDownRead: number;
+  readonly bundleRead: number;
   readonly hotLimit: Int32Array; // per layer: pack positions below are hot (cluster-loaded; without clusterAdmit, the clusters preload loaded)
 
   private readonly n: NativeAddon;
@@ -169,6 +180,11 @@ export class NeuronCache {
     this.stagingBytes = plan.stagingBytes;
     const allocated: number[] = [];
     this.pinned = plan.gatesPinned;
+    const a = Math.max(512, loader.align);
+    const up = (x: number) => Math.ceil(x / a) * a;
+    this.gateRead = Math.min(pack.gateBlock, up(pack.gateBytes));
+    this.upDownRead = Math.min(pack.upDownBlock, up(pack.upBytes + pack.downBytes));
+    this.bundleRead = Math.min(pack.bundleBytes, pack.gateBlock + this.upDownRead);
     this.upOffset = this.pinned ? 0 : pack.gateBytes;
     this.downOffset = this.upOffset + pack.upBytes;
     try {
@@ -402,7 +418,7 @@ export class NeuronCache {
         if (s < 0) {
           s = this.takeColdSlot(g);
           this.state[g] = GATE;
-          this.queueBundleRead(layer, p, 0, this.pack.gateBlock, [s * this.slotBytes, 0, this.pack.gateBytes]);
+          this.queueBundleRead(layer, p, 0, this.gateRead, [s * this.slotBytes, 0, this.pack.gateBytes]);
         } else this.lru.touch(s);
       }
       st.gateAccesses++;
@@ -449,7 +465,7 @@ export class NeuronCache {
         s = this.takeColdSlot(g);
       }
       this.state[g] = FULL;
-      this.queueBundleRead(layer, p, this.pack.gateBlock, this.pack.upDownBlock, [s * this.slotBytes + this.upOffset, 0, ud]);
+      this.queueBundleRead(layer, p, this.pack.gateBlock, this.upDownRead, [s * this.slotBytes + this.upOffset, 0, ud]);
       slotsOut[k] = s;
     }
     this.flush();
@@ -618,9 +634,10 @@ export class NeuronCache {
     const pinned = this.pinned;
     const bundle = this.pack.bundleBytes;
     const within = pinned ? this.pack.gateBlock : 0; // where a neuron's read starts in its bundle
-    const B = pinned ? this.pack.upDownBlock : bundle; // and its length
-    const cap = Math.floor(this.plan.readAheadBytes / batches / B);
-    const at = (this.aheadSeq % batches) * cap * B; // this batch's share of the staging
+    const block = pinned ? this.pack.upDownBlock : bundle; // the staging a neuron is planned to take
+    const B = pinned ? this.upDownRead : this.bundleRead; // what a request starting with it reads
+    const cap = Math.floor(this.plan.readAheadBytes / batches / block);
+    const at = (this.aheadSeq % batches) * cap * block; // this batch's share of the staging
     // reads ahead hold at most half the LRU list, so a lease always has room
     const limit = Math.floor(this.lruSlots / 2) - this.aheadPending;
     const m = Math.min(cap, count);
@@ -630,7 +647,7 @@ export class NeuronCache {
     const reqs = this.aheadReqs;
     const copies = this.aheadCopies;
     const neurons = new Int32Array(Math.min(m, Math.max(0, limit)));
-    const share = cap * B; // staging bytes of this batch
+    const share = cap * block; // staging bytes of this batch
     let n = 0; // neurons
     let c = 0; // numbers in copies
     let r = 0; // requests: a run of adjacent positions is one (pinned: its gate blocks come along unused)

@@ -31,6 +31,8 @@ export class WindowCache {
     readonly plan: MemoryPlan,
     readonly reads: ReadBatcher,
     readonly slotBytes: number,
+    /** Bytes a read starting with a bundle takes (NeuronCache.bundleRead: its rows, not its padding). */
+    readonly bundleRead: number,
     readonly window = 5,
   ) {
     const { nLayer, nFF } = pack.config;
@@ -74,7 +76,7 @@ export class WindowCache {
       if (runStart < 0) return;
       const copies: [number, number, number][] = [];
       runSlots.forEach((s, i) => copies.push(...this.bundleCopies(s, i * B)));
-      this.queueRead(this.pack.layers[layer]!.bundlesOffset + runStart * B, runSlots.length * B, copies);
+      this.queueRead(this.pack.layers[layer]!.bundlesOffset + runStart * B, (runSlots.length - 1) * B + this.bundleRead, copies);
       runStart = -1;
       runSlots = [];
     };
