@@ -10,6 +10,7 @@
 import type { Pack } from "../sparse/pack/format.js";
 import { planMemory, clusterSizeFor, budgetForFfnFraction, formatBytes, READ_AHEAD_MAX_SHARE, defaultReadAheadNeurons, type MemoryPlan, type PlanOptions } from "../sparse/memory-plan.js";
 import { stepCosts } from "./step-costs.js";
+import { directReadAlign } from "../sparse/read-native.js";
 import type { MachineBounds, MachinePhase } from "./machine.js";
 import { profileRates } from "./cache-model.js";
 import { modelShape, tokenTime, type ModelShape, type PlannedDecoder, type TokenTime } from "./time-model.js";
@@ -91,7 +92,7 @@ export interface PlannerInput {
 export function plannerInput(pack: Pack, optionsFor: PlanOptionsFor, predictor: "trained" | "oracle" = "trained"): PlannerInput {
   const oracle = predictor === "oracle" || !pack.predictor;
   const costs = stepCosts(pack.file, pack.config, { pack, predictor: oracle ? "oracle" : "trained" });
-  return { pack, shape: modelShape(pack, costs, profileRates(pack, oracle)), optionsFor };
+  return { pack, shape: modelShape(pack, costs, profileRates(pack, oracle), directReadAlign(pack.path)), optionsFor };
 }
 
 /** Every candidate under the limits that fits, with its predicted time. */

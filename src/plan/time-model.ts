@@ -43,7 +43,7 @@ import type { GGUFFile } from "../gguf/reader.js";
 import { classifierTensor } from "../model/config.js";
 import type { StepCosts } from "../trace/recorder.js";
 import type { DecoderCalibration, KernelRate, MachineBounds } from "./machine.js";
-import type { Pack } from "../sparse/pack/format.js";
+import { blockReads, PACK_ALIGNMENT, type Pack } from "../sparse/pack/format.js";
 import type { MemoryPlan } from "../sparse/memory-plan.js";
 import { forecastCache, type ProfileRates } from "./cache-model.js";
 import { packDenseShapes, type DenseShapes } from "./dense-steps.js";
@@ -118,9 +118,11 @@ export interface ModelShape {
   rates: ProfileRates;
   /** The dense matrices (attention, classifier, the pack's predictor) whose time machine.json's `denseSteps` may hold. */
   dense?: DenseShapes;
+  /** The pack file's direct-I/O alignment (read-native.ts directReadAlign): reads stop at their rows rounded up to it (blockReads). */
+  readAlign: number;
 }
 
-export function modelShape(pack: Pack, costs: StepCosts, rates: ProfileRates): ModelShape {
+export function modelShape(pack: Pack, costs: StepCosts, rates: ProfileRates, readAlign = PACK_ALIGNMENT): ModelShape {
   const t = (name: string) => pack.file.tensorsByName.get(name)?.type ?? 0;
   const f: GGUFFile = pack.file;
   return {
@@ -131,6 +133,7 @@ export function modelShape(pack: Pack, costs: StepCosts, rates: ProfileRates): M
     predictorType: pack.predictor?.[0]?.type ?? 0,
     rates,
     dense: packDenseShapes(pack),
+    readAlign,
   };
 }
 
@@ -234,23 +237,24 @@ export function tokenTime(s: ModelShape, plan: MemoryPlan, m: MachineBounds, o: 
     batches += Math.min(1, k);
     readBytes += k * block;
   };
-  // a run of adjacent misses is one request reaching from the first block to the last, the other
-  // blocks of the bundles between read along: `requests` requests for `misses` blocks
-  const merged = (misses: number, requests: number, block: number, between: number) => {
-    if (requests > 0) batch(requests, (misses * block + (misses - requests) * between) / requests);
+  // a run of adjacent misses is one request reaching from the first block to the last one's rows,
+  // the bundles between read along: `requests` requests for `misses` blocks, each request `first`
+  // bytes (blockReads: the rows, not the block's padding) and a bundle more for each neuron after
+  const rows = blockReads(pack, s.readAlign);
+  const merged = (misses: number, requests: number, first: number) => {
+    if (requests > 0) batch(requests, (requests * first + (misses - requests) * pack.bundleBytes) / requests);
   };
   const aheadFactor = bundlesAhead ? 1 + AHEAD_EXTRA_BUNDLES : ahead ? 1 + AHEAD_EXTRA_READS : 1;
   for (let l = 0; l < nLayer; l++) {
     if (bundlesAhead) {
       // a flagged neuron found absent is read whole, its up+down along: runs of bundles
-      merged(fc.gateMisses[l]! * aheadFactor, fc.gateRequests[l]! * aheadFactor, pack.bundleBytes, 0);
+      merged(fc.gateMisses[l]! * aheadFactor, fc.gateRequests[l]! * aheadFactor, rows.bundle);
       continue;
     }
-    merged(fc.gateMisses[l]!, fc.gateRequests[l]!, pack.gateBlock, pack.upDownBlock);
-    merged(fc.upDownMisses[l]! * aheadFactor, fc.upDownRequests[l]! * aheadFactor, pack.upDownBlock, pack.gateBlock);
+    merged(fc.gateMisses[l]!, fc.gateRequests[l]!, rows.gate);
+    merged(fc.upDownMisses[l]! * aheadFactor, fc.upDownRequests[l]! * aheadFactor, rows.upDown);
     // the window cache's runs of bundles: fewer, longer requests
-    const runs = fc.bundleRequests[l]!;
-    if (runs > 0) batch(runs, (fc.bundleMisses[l]! / runs) * pack.bundleBytes);
+    merged(fc.bundleMisses[l]!, fc.bundleRequests[l]!, rows.bundle);
   }
   const reads = throughput + batches * (cal.batchUs ?? 0) + requests * cal.requestUs;
   // reads ahead (inline, pinned gate rows): every layer also runs the predictor of a layer ahead,

@@ -3,6 +3,26 @@
 import { readSync } from "node:fs";
 import { native } from "../native.js";
 
+/**
+ * The direct-I/O alignment a loader of `path` would have (loaderInfo().align: 512 where the
+ * filesystem takes sector-aligned O_DIRECT reads, else 4096); 4096 when the file cannot be opened
+ * with O_DIRECT. The planner prices reads with it before any loader is open.
+ */
+export function directReadAlign(path: string): number {
+  const n = native();
+  let id: number;
+  try {
+    id = n.openLoader(path, { backend: "pread", queueDepth: 1, threads: 1, directIO: true });
+  } catch {
+    return 4096;
+  }
+  try {
+    return n.loaderInfo(id).align;
+  } finally {
+    n.closeLoader(id);
+  }
+}
+
 /** Read `len` bytes at `fileOff` of the open file `fd` into native buffer `buf` at `dstOff`; `what` names the data in errors. */
 export function readIntoNative(fd: number, path: string, what: string, fileOff: number, len: number, buf: number, dstOff: number): void {
   const n = native();

@@ -92,7 +92,7 @@ describe.each([
             sp.sample();
             const st = sp.cache.stats;
             const sum = (k: keyof (typeof st)[number]) => st.reduce((a, s) => a + s[k], 0);
-            runs.push({ logits, aheadReads: sum("aheadReads"), aheadUsed: sum("aheadUsed"), aheadBytes: sum("aheadBytes") });
+            runs.push({ logits, aheadReads: sum("aheadReads"), aheadUsed: sum("aheadUsed"), aheadBytes: sum("aheadBytes"), neuronRead: pinGates ? sp.cache.upDownRead : sp.cache.bundleRead });
             expect(sp.peakResidentBytes, `${predictor} ${f} readAhead ${readAhead}`).toBeLessThanOrEqual(memory);
           } finally {
             await m[Symbol.asyncDispose]();
@@ -106,9 +106,8 @@ describe.each([
           // the critical path than they save, so the plan turns them off by default)
           expect(on!.aheadReads, what).toBeGreaterThan(0);
           expect(on!.aheadUsed, what).toBeGreaterThan(0);
-          // no more used than read: a request reads a run of neurons, each at least a block
-          const pack = openPack(packPath);
-          expect(on!.aheadUsed, what).toBeLessThanOrEqual(on!.aheadBytes / (pinGates ? pack.upDownBlock : pack.bundleBytes));
+          // no more used than read: a request reads a run of neurons, each at least its rows (up+down, or the bundle's)
+          expect(on!.aheadUsed, what).toBeLessThanOrEqual(on!.aheadBytes / on!.neuronRead);
           expect(off!.aheadReads, what).toBe(0);
           for (let i = 0; i < steps; i++) expect(Buffer.from(on!.logits[i]!.buffer).equals(Buffer.from(off!.logits[i]!.buffer)), `${what}: step ${i}`).toBe(true);
         }

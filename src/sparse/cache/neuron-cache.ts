@@ -16,7 +16,7 @@
 // computed — only where the bytes come from — so results are the same for any budget.
 import { native, type NativeAddon } from "../../native.js";
 import type { MemoryPlan } from "../memory-plan.js";
-import type { Pack } from "../pack/format.js";
+import { blockReads, type Pack } from "../pack/format.js";
 import { ReadBatcher, type ReadBatch } from "./read-batcher.js";
 import { SlotLru } from "./slot-lru.js";
 
@@ -180,11 +180,7 @@ export class NeuronCache {
     this.stagingBytes = plan.stagingBytes;
     const allocated: number[] = [];
     this.pinned = plan.gatesPinned;
-    const a = Math.max(512, loader.align);
-    const up = (x: number) => Math.ceil(x / a) * a;
-    this.gateRead = Math.min(pack.gateBlock, up(pack.gateBytes));
-    this.upDownRead = Math.min(pack.upDownBlock, up(pack.upBytes + pack.downBytes));
-    this.bundleRead = Math.min(pack.bundleBytes, pack.gateBlock + this.upDownRead);
+    ({ gate: this.gateRead, upDown: this.upDownRead, bundle: this.bundleRead } = blockReads(pack, loader.align));
     this.upOffset = this.pinned ? 0 : pack.gateBytes;
     this.downOffset = this.upOffset + pack.upBytes;
     try {
@@ -658,7 +654,8 @@ export class NeuronCache {
     // the layer's own resident neurons first go to the head of the LRU, so the slots this batch
     // takes are not theirs (as many as a lease of loadGates could touch with this batch in it)
     if (now) this.touchResident(layer, positions, count, this.lruSlots - this.aheadPending - Math.min(m, limit));
-    for (let k = 0; k < count && n < limit; k++) {
+    // at most m neurons: reads shorter than their blocks would let more fit the staging share
+    for (let k = 0; k < count && n < neurons.length; k++) {
       const p = positions[k]!;
       const g = base + p;
       if (p < hot || (pinned ? this.state[g] === FULL : this.slotOf[g]! >= 0)) continue;

@@ -92,6 +92,18 @@ export const F32 = 0;
 
 export const roundUp = (n: number, a: number) => Math.ceil(n / a) * a;
 
+/**
+ * Bytes a read that starts with a neuron's gate block, up+down block or whole bundle takes when
+ * reads need only be multiples of `align` (a loader's direct-I/O alignment; at least 512): its
+ * rows rounded up, not the block's padding (Q4_0 7B at 512: 2,560, 4,608 and 8,704 bytes of
+ * 4,096, 8,192 and 12,288). A read that goes on to the next bundle reads the padding between.
+ */
+export function blockReads(pack: Pick<Pack, "gateBytes" | "upBytes" | "downBytes" | "gateBlock" | "upDownBlock">, align: number): { gate: number; upDown: number; bundle: number } {
+  const a = Math.max(512, align);
+  const upDown = Math.min(pack.upDownBlock, roundUp(pack.upBytes + pack.downBytes, a));
+  return { gate: Math.min(pack.gateBlock, roundUp(pack.gateBytes, a)), upDown, bundle: pack.gateBlock + upDown };
+}
+
 /** The FFN matrix of layer l (plain llama names, or smallthinker's one-expert `_exps` names). */
 export function ffnTensorName(f: GGUFFile, l: number, m: "gate" | "up" | "down"): string {
   const plain = `blk.${l}.ffn_${m}.weight`;
