@@ -118,7 +118,8 @@ describe.each(LEVELS)("SIMD %s vs scalar", (level) => {
         it(`axpyRows ${NAME[t]} cols ${cols}`, () => {
           N.setThreads(threads);
           const { id: w } = makeWeights(t, rows, cols, 600 + t);
-          // 6 rows: the one-row path; 37: groups of 8 rows and a tail
+          // 6 rows: a group of 4 (AVX2 float rows) and one-row tails; 37: groups of 4 (AVX2) or 8
+          // (AVX-512) rows and a tail
           const ids = cols % 32 === 0 ? Array.from({ length: 37 }, (_, i) => (i * 5) % rows) : [4, 0, 12, 4, 7, 1];
           const coefs = randF32(ids.length, 700 + t);
           const out0 = randF32(cols, 800 + t);
