@@ -2,11 +2,13 @@
 // the fixed region and the predictors of a pack, which the memory plan counts once.
 import { readSync } from "node:fs";
 import { native } from "../native.js";
+import { PACK_ALIGNMENT } from "./pack/format.js";
 
 /**
  * The direct-I/O alignment a loader of `path` would have (loaderInfo().align: 512 where the
- * filesystem takes sector-aligned O_DIRECT reads, else 4096); 4096 when the file cannot be opened
- * with O_DIRECT. The planner prices reads with it before any loader is open.
+ * filesystem takes sector-aligned O_DIRECT reads, else 4096); the pack's block alignment (whole
+ * blocks read) when the file cannot be opened with O_DIRECT. The planner prices reads with it
+ * before any loader is open.
  */
 export function directReadAlign(path: string): number {
   const n = native();
@@ -14,7 +16,7 @@ export function directReadAlign(path: string): number {
   try {
     id = n.openLoader(path, { backend: "pread", queueDepth: 1, threads: 1, directIO: true });
   } catch {
-    return 4096;
+    return PACK_ALIGNMENT;
   }
   try {
     return n.loaderInfo(id).align;
