@@ -70,6 +70,17 @@ void quantizeQ8(const float* x, int64_t n, int8_t* qs, float* d, int32_t* sum) {
 
 // ---- quantised dots (R rows share activation loads; per-row ops independent of R) ---------
 
+// `next` (R pointers): the rows of the following group, prefetched at the pace this group is
+// consumed, as in avx512.cc: the hardware prefetchers lose track of many short row streams. On
+// a Zen 3 VM the Q4_0 matvec out of cache went from 6.0 to 10.4 GB/s on one thread and 10.0 to
+// 14.9 on two; one group ahead into L1 measured as well as or better than two groups or L2.
+// The address is formed as an integer: the last pass of a row reaches a little past its end,
+// and a pointer may not (a prefetch itself never faults).
+inline void prefetch(const uint8_t* row, size_t offset) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(row) + offset), _MM_HINT_T0);
+}
+constexpr int kAhead = 4;  // rows: one group
+
 inline __m256i unpackQ4(const BlockQ4_0* blk) {
   const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs)));
   return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
@@ -90,7 +101,7 @@ inline __m256i q4PairSum(const BlockQ4_0* blk, __m256i xlo, __m256i xhi, __m256i
 }
 
 template <int R>
-inline void dotQ4(const uint8_t* const* rows, int64_t nb, const Act& x, float* out) {
+inline void dotQ4(const uint8_t* const* rows, const uint8_t* const* next, int64_t nb, const Act& x, float* out) {
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i pidx0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
   const __m256i two = _mm256_set1_epi32(2);
@@ -99,6 +110,13 @@ inline void dotQ4(const uint8_t* const* rows, int64_t nb, const Act& x, float* o
   for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) {
+      const size_t o = b * sizeof(BlockQ4_0);  // 144 bytes of the row per 8 blocks
+      prefetch(next[r], o);
+      prefetch(next[r], o + 64);
+      prefetch(next[r], o + 128);
+    }
     const __m256 dx8 = _mm256_loadu_ps(x.d + b);
     __m256 sc[R];
     #pragma GCC unroll 16
@@ -164,11 +182,13 @@ inline __m256i dotQ8Block(const BlockQ8_0* blk, __m256i xq) {
 }
 
 template <int R>
-inline void dotQ8(const uint8_t* const* rows, int64_t nb, const Act& x, float* out) {
+inline void dotQ8(const uint8_t* const* rows, const uint8_t* const* next, int64_t nb, const Act& x, float* out) {
   __m256 acc[R];
   #pragma GCC unroll 16
   for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; r++) prefetch(next[r], b * sizeof(BlockQ8_0));  // 34-byte steps: every line
     const __m256i xq = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.qs + b * QK));
     const float dx = x.d[b];
     #pragma GCC unroll 16
@@ -194,12 +214,16 @@ inline float loadW1(const uint8_t* row, int64_t j) {
 }
 
 template <bool F16, int R>
-inline void dotF(const uint8_t* const* rows, int64_t cols, const float* x, float* out) {
+inline void dotF(const uint8_t* const* rows, const uint8_t* const* next, int64_t cols, const float* x, float* out) {
   __m256 acc[R];
   #pragma GCC unroll 16
   for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
   int64_t j = 0;
   for (; j + 8 <= cols; j += 8) {
+    if (j % (F16 ? 32 : 16) == 0) {  // a cache line of each next row
+      #pragma GCC unroll 16
+      for (int r = 0; r < R; r++) prefetch(next[r], j * (F16 ? 2 : 4));
+    }
     const __m256 xv = _mm256_loadu_ps(x + j);
     #pragma GCC unroll 16
     for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(loadW<F16>(rows[r], j), xv, acc[r]);
@@ -213,26 +237,33 @@ inline void dotF(const uint8_t* const* rows, int64_t cols, const float* x, float
 }
 
 template <int R>
-inline void dotGroup(int type, const uint8_t* const* rows, int64_t cols, const Act& x, float* out) {
+inline void dotGroup(int type, const uint8_t* const* rows, const uint8_t* const* next, int64_t cols, const Act& x,
+                     float* out) {
   switch (type) {
-    case T_Q4_0: dotQ4<R>(rows, cols / QK, x, out); break;
-    case T_Q8_0: dotQ8<R>(rows, cols / QK, x, out); break;
-    case T_F16: dotF<true, R>(rows, cols, x.f, out); break;
-    default: dotF<false, R>(rows, cols, x.f, out); break;
+    case T_Q4_0: dotQ4<R>(rows, next, cols / QK, x, out); break;
+    case T_Q8_0: dotQ8<R>(rows, next, cols / QK, x, out); break;
+    case T_F16: dotF<true, R>(rows, next, cols, x.f, out); break;
+    default: dotF<false, R>(rows, next, cols, x.f, out); break;
   }
 }
 
 void dotRows(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, int64_t k0, int64_t k1, int64_t cols,
              const Act& x, float* y) {
+  auto rowAt = [&](int64_t k) { return W + (size_t)(idx ? idx[std::min(k, k1 - 1)] : std::min(k, k1 - 1)) * rowBytes; };
   const uint8_t* rows[4];
+  const uint8_t* next[4];
   int64_t k = k0;
   for (; k + 4 <= k1; k += 4) {
-    for (int r = 0; r < 4; r++) rows[r] = W + (size_t)(idx ? idx[k + r] : k + r) * rowBytes;
-    dotGroup<4>(type, rows, cols, x, y + (k - k0));
+    for (int r = 0; r < 4; r++) {
+      rows[r] = rowAt(k + r);
+      next[r] = rowAt(k + kAhead + r);
+    }
+    dotGroup<4>(type, rows, next, cols, x, y + (k - k0));
   }
   for (; k < k1; k++) {
-    rows[0] = W + (size_t)(idx ? idx[k] : k) * rowBytes;
-    dotGroup<1>(type, rows, cols, x, y + (k - k0));
+    rows[0] = rowAt(k);
+    next[0] = rowAt(k + 1);
+    dotGroup<1>(type, rows, next, cols, x, y + (k - k0));
   }
 }
 
