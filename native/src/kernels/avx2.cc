@@ -433,9 +433,8 @@ inline void axpyGroupBlocks(const uint8_t* const* r, const float* coef, const ui
   for (int64_t b = b0; b < b1; b++) {
     if ((b - b0) % kPace == 0) {
       for (int j = 0; j < nNext; j++) {
-        const char* p = reinterpret_cast<const char*>(next[j] + b * kBlock);
-        _mm_prefetch(p, _MM_HINT_T0);
-        _mm_prefetch(p + 64, _MM_HINT_T0);
+        prefetch(next[j], b * kBlock);
+        prefetch(next[j], b * kBlock + 64);
       }
     }
     __m256 acc[4];
@@ -456,7 +455,7 @@ template <bool F16, int G>
 inline void axpyGroup(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext, size_t lo,
                       size_t hi, int64_t c0, int64_t c1, float* out) {
   for (int j = 0; j < nNext; j++) {
-    for (size_t o = lo; o < hi; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next[j] + o), _MM_HINT_T0);
+    for (size_t o = lo; o < hi; o += 64) prefetch(next[j], o);
   }
   int64_t c = c0;
   for (; c + 8 <= c1; c += 8) {
