@@ -399,20 +399,20 @@ void matmul(int type, const uint8_t* const* rows, int64_t r0, int64_t r1, int64_
 template <int TYPE>
 inline void blockWeights(const uint8_t* row, int64_t b, __m256 w[4]) {
   if constexpr (TYPE == T_Q4_0) {
-    // the nibbles as the fp16 numbers 1024 + q (bits 0x6400 | q), converted by F16C, then
-    // fma(1024 + q, d, -1032·d) = (q - 8)·d, exact for a finite d (1032·d and the result fit in
-    // 24 bits)
+    // each byte zero-extended to 32 bits straight from memory (vpmovzxbd m64): t & 15 is the low
+    // nibble, t >> 4 the high one; converted, then fma(q, d, -8·d) = (q - 8)·d, exact (q - 8 and
+    // d need 4 + 11 bits). Five instructions fewer per block than the F16C route (1024 + q as
+    // fp16, kept in git history), which measured 22-28% slower on a Zen 3 VM.
     const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
     const float df = f16(blk->d);
-    const __m256 d = _mm256_set1_ps(df), c = _mm256_set1_ps(-1032.0f * df);
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
-    const __m128i m = _mm_set1_epi8(0x0F), bias = _mm_set1_epi16(0x6400);
-    const __m128i lo = _mm_and_si128(q, m), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m);
-    const __m128i z = _mm_setzero_si128();
-    w[0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_or_si128(_mm_unpacklo_epi8(lo, z), bias)), d, c);
-    w[1] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_or_si128(_mm_unpackhi_epi8(lo, z), bias)), d, c);
-    w[2] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_or_si128(_mm_unpacklo_epi8(hi, z), bias)), d, c);
-    w[3] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_or_si128(_mm_unpackhi_epi8(hi, z), bias)), d, c);
+    const __m256 d = _mm256_set1_ps(df), c = _mm256_set1_ps(-8.0f * df);
+    const __m256i t0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk->qs)));
+    const __m256i t1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk->qs + 8)));
+    const __m256i m = _mm256_set1_epi32(0x0F);
+    w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(t0, m)), d, c);
+    w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(t1, m)), d, c);
+    w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(t0, 4)), d, c);
+    w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(t1, 4)), d, c);
   } else {
     const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
     const __m256 d = _mm256_set1_ps(f16(blk->d));
