@@ -258,14 +258,15 @@ void dotRows(int type, const uint8_t* W, size_t rowBytes, const int32_t* idx, in
   auto rowAt = [&](int64_t k) { return W + (size_t)(idx ? idx[std::min(k, k1 - 1)] : std::min(k, k1 - 1)) * rowBytes; };
   int64_t k = k0;
   if (idx) {
-    const uint8_t* rows[4];
-    const uint8_t* next[4];
-    for (; k + 4 <= k1; k += 4) {
-      for (int r = 0; r < 4; r++) {
+    constexpr int G = 4;  // gathered rows per group; the next group is prefetched
+    const uint8_t* rows[G];
+    const uint8_t* next[G];
+    for (; k + G <= k1; k += G) {
+      for (int r = 0; r < G; r++) {
         rows[r] = rowAt(k + r);
-        next[r] = rowAt(k + 4 + r);
+        next[r] = rowAt(k + G + r);
       }
-      dotGroup<4>(type, rows, next, cols, x, y + (k - k0));
+      dotGroup<G>(type, rows, next, cols, x, y + (k - k0));
     }
   }
   for (; k < k1; k++) {
