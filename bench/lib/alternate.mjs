@@ -43,7 +43,10 @@ async function decodeGreedy(model, prompt, tokens, before) {
   const d = model.decoder;
   const V = model.config.nVocab;
   const ids = model.tokenizer.encode(prompt, { addBos: model.tokenizer.addBos });
-  const ctx = d.createContext({ contextSize: Math.min(model.config.nCtxTrain ?? 2048, ids.length + tokens + 1) });
+  const limit = model.config.nCtxTrain ?? 2048;
+  // refused before the first token, not when the context runs out part way through a long run
+  if (ids.length + tokens > limit) throw new RangeError(`${ids.length} prompt tokens + ${tokens} to decode = ${ids.length + tokens} positions, more than the model's training context (${limit}): lower --tokens`);
+  const ctx = d.createContext({ contextSize: Math.min(limit, ids.length + tokens + 1) });
   try {
     let off = await d.prefill(ctx, ids, 0);
     const out = [];
