@@ -16,7 +16,7 @@ export const probe: Command = {
   options: { file: { type: "string" }, refresh: { type: "boolean" }, rounds: { type: "string" }, json: { type: "boolean" }, help: { type: "boolean", short: "h" } },
   help: {
     file: "a file on the storage to measure with direct I/O (a model or pack you run: its dense steps are timed too); without it, no storage figures",
-    refresh: "measure again even when this host's probe is cached",
+    refresh: "measure again even when this host's probe is cached (a cached probe is used only when complete: kernels, messages, the decoders' costs and, with --file, its read rates; an incomplete one is measured again, minutes on a small machine)",
     rounds: `rounds of the decoders' calibration runs, each run's cost the median of its rounds (default ${CALIBRATION_ROUNDS}; more for a noisy machine: each adds about a minute on a 2-core VM)`,
     json: "print JSON",
   },
@@ -30,7 +30,11 @@ export const probe: Command = {
     const rounds = v.rounds === undefined ? CALIBRATION_ROUNDS : Number(v.rounds);
     if (!Number.isInteger(rounds) || rounds < 1 || rounds > 99) throw new UsageError(`--rounds must be a whole number from 1 to 99, got: ${v.rounds}`);
     let b: MachineBounds | undefined = v.refresh ? undefined : cachedMachine();
-    if (b && (!b.kernels || !b.messages || !b.decoders || (file && !b.disk?.rates))) b = undefined;
+    const missing = b && [!b.kernels && "kernel rates", !b.messages && "message round trips", !b.decoders && "the decoders' costs", file && !b.disk?.rates && "read rates"].filter(Boolean);
+    if (missing && missing.length > 0) {
+      if (!v.json) process.stderr.write(`probe: this host's cached probe lacks ${missing.join(", ")}: measuring again\n`);
+      b = undefined;
+    }
     const measured = !b;
     if (!b) {
       const bar = v.json ? undefined : progressBar("probing");
