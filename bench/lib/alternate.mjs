@@ -43,7 +43,7 @@ async function decodeGreedy(model, prompt, tokens, before) {
   const d = model.decoder;
   const V = model.config.nVocab;
   const ids = model.tokenizer.encode(prompt, { addBos: model.tokenizer.addBos });
-  const limit = model.config.nCtxTrain ?? 2048;
+  const limit = model.config.nCtxTrain; // the GGUF's context_length (config.ts: 2048 without one)
   // refused before the first token, not when the context runs out part way through a long run
   if (ids.length + tokens > limit) throw new RangeError(`${ids.length} prompt tokens + ${tokens} to decode = ${ids.length + tokens} positions, more than the model's training context (${limit}): lower --tokens`);
   const ctx = d.createContext({ contextSize: Math.min(limit, ids.length + tokens + 1) });

@@ -70,7 +70,7 @@ describe("bench/alternate (knobs switched between blocks of one generation)", ()
       await expect(alternate(m, { knob: "aheadLayers", a: "two", b: "2", tokens, block: 3, prompt })).rejects.toThrow(/"two" is not a positive integer/);
       await expect(alternate(m, { knob: "readNow", a: "yes", b: "false", tokens, block: 3, prompt })).rejects.toThrow(/"yes" is not true or false/);
       // more positions than the model was trained on (its GGUF's context_length): refused up front, the knob left as it was
-      const limit = m.config.nCtxTrain!;
+      const limit = m.config.nCtxTrain;
       const before = (m.decoder as unknown as { aheadLayers: number }).aheadLayers;
       await expect(alternate(m, { knob: "aheadLayers", a: "1", b: "3", tokens: limit, block: 3, prompt })).rejects.toThrow(new RegExp(`\\+ ${limit} to decode = \\d+ positions, more than the model's training context \\(${limit}\\)`));
       expect((m.decoder as unknown as { aheadLayers: number }).aheadLayers).toBe(before);
