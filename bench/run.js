@@ -21,7 +21,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } 
 import os from "node:os";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { cpuTimes, otherLoad } from "./lib/measure.mjs";
+import { cpuTimes, otherLoad, stealCores } from "./lib/measure.mjs";
 import { benchArgs } from "./lib/usage.mjs";
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
@@ -331,9 +331,11 @@ function runChild(engine, o, modelPath) {
         const wall = (performance.now() - t0) / 1000;
         const own = r.cpuSeconds + (process.cpuUsage(cpu0).user + process.cpuUsage(cpu0).system) / 1e6;
         r.wallSeconds = wall;
-        r.otherLoadCores = otherLoad(stat0, cpuTimes(), wall, own);
+        const stat1 = cpuTimes();
+        r.otherLoadCores = otherLoad(stat0, stat1, wall, own);
+        r.stealCores = stealCores(stat0, stat1, wall);
         if (r.otherLoadCores !== undefined) {
-          log(`${engine}: other processes used ${r.otherLoadCores.toFixed(2)} cores on average during the run`);
+          log(`${engine}: other processes used ${r.otherLoadCores.toFixed(2)} cores on average during the run, the hypervisor ${r.stealCores?.toFixed(2) ?? "?"} (steal)`);
         }
         resolvePromise(r);
       } catch (e) {

@@ -64,6 +64,7 @@ import {
   removeCgroup,
   residentBytes,
   sampleCgroup,
+  stealCores,
   spread,
 } from "./lib/measure.mjs";
 import { coldShareOf, targetRecallOf, cofireOf, cofireSynthArgs, SEVEN_B_OPTIONS, sevenBFiles } from "./lib/seven-b.mjs";
@@ -213,7 +214,7 @@ async function measure(generate, { loadSeconds, hooks = {} }) {
     partial.reps.push(rep);
     partial.current = undefined;
     save();
-    log(`${v.child}: run ${i + 1}/${reps}: ${rep.tokensPerSecond.toFixed(3)} tok/s, CPU ${rep.cpuSecondsPerToken.toFixed(2)} s/token, other processes ${rep.otherLoadCores?.toFixed(2) ?? "?"} cores`);
+    log(`${v.child}: run ${i + 1}/${reps}: ${rep.tokensPerSecond.toFixed(3)} tok/s, CPU ${rep.cpuSecondsPerToken.toFixed(2)} s/token, other processes ${rep.otherLoadCores?.toFixed(2) ?? "?"} cores, steal ${rep.stealCores?.toFixed(2) ?? "?"} cores`);
   }
   return partial;
 }
@@ -233,6 +234,7 @@ function repSummary(cur) {
     // cores this child kept busy while decoding (2 = both cores computing; less = waiting on I/O)
     cpuCores: seconds > 0 ? cpuSeconds / seconds : undefined,
     otherLoadCores: n > 1 ? otherLoad(cur.stat0, cur.stat1, seconds, cpuSeconds) : undefined,
+    stealCores: n > 1 ? stealCores(cur.stat0, cur.stat1, seconds) : undefined,
   };
 }
 
@@ -255,6 +257,7 @@ function summary(engine, m, extra = {}) {
     cpuSecondsPerToken: spread(m.reps.map((r) => r.cpuSecondsPerToken))?.median,
     cpuCores: spread(m.reps.map((r) => r.cpuCores))?.median,
     otherLoadCores: spread(m.reps.map((r) => r.otherLoadCores))?.max,
+    stealCores: spread(m.reps.map((r) => r.stealCores))?.max,
     sameTokensEveryRun: same,
     generated: m.reps[0]?.tokens,
     runs: m.reps.map(({ tokens, ...r }) => r),
@@ -512,7 +515,9 @@ function runChild(id, kind, args, { limit, timeoutSeconds, repeat, decodeTokens 
       machine.loadavgAfter = os.loadavg();
       machine.wallSeconds = wallSeconds;
       // over the child's whole life (load, warm-up, runs): needs the child's own CPU time
-      if (res.cpuSeconds !== undefined) machine.otherLoadCores = otherLoad(stat0, cpuTimes(), wallSeconds, res.cpuSeconds + parentCpu);
+      const stat1 = cpuTimes();
+      if (res.cpuSeconds !== undefined) machine.otherLoadCores = otherLoad(stat0, stat1, wallSeconds, res.cpuSeconds + parentCpu);
+      machine.stealCores = stealCores(stat0, stat1, wallSeconds);
       res = { id, ...res, machine };
       if (cg) {
         res.eviction = eviction;
@@ -530,7 +535,7 @@ function runChild(id, kind, args, { limit, timeoutSeconds, repeat, decodeTokens 
         if (!res.limited) log(`WARNING ${id}: NOT LIMITED — ${c ? `the cgroup's usage peaked at ${fmt(c.maxUsage)}, short of its ${fmt(c.limit)} limit` : res.cgroupError}${eviction.ok ? "" : eviction.skipped ? "; the file was not evicted (--no-evict)" : "; the eviction failed"}: this run does not measure decoding under the limit`);
       }
       if (res.error) log(`${id}: ${res.error}`);
-      log(`${id}: ${res.decodeTokensPerSecond ? `${res.decodeTokensPerSecond.toFixed(3)} tok/s median` : "no speed"}; child CPU ${res.cpuSeconds?.toFixed(0) ?? "?"} s over ${wallSeconds.toFixed(0)} s; other processes ${machine.otherLoadCores?.toFixed(2) ?? "?"} cores; load average ${machine.loadavgBefore[0].toFixed(2)} → ${machine.loadavgAfter[0].toFixed(2)}`);
+      log(`${id}: ${res.decodeTokensPerSecond ? `${res.decodeTokensPerSecond.toFixed(3)} tok/s median` : "no speed"}; child CPU ${res.cpuSeconds?.toFixed(0) ?? "?"} s over ${wallSeconds.toFixed(0)} s; other processes ${machine.otherLoadCores?.toFixed(2) ?? "?"} cores, steal ${machine.stealCores?.toFixed(2) ?? "?"}; load average ${machine.loadavgBefore[0].toFixed(2)} → ${machine.loadavgAfter[0].toFixed(2)}`);
       resolvePromise(res);
     });
   });
@@ -557,6 +562,7 @@ function partialResult(kind, part, why) {
     cpuSecondsPerToken: spread(runs.map((r) => r.cpuSecondsPerToken))?.median,
     cpuCores: spread(runs.map((r) => r.cpuCores))?.median,
     otherLoadCores: spread(runs.map((r) => r.otherLoadCores))?.max,
+    stealCores: spread(runs.map((r) => r.stealCores))?.max,
     generated: runs[0]?.tokens,
     runs: runs.map(({ tokens, ...r }) => r),
     cpuSecondsAtLastToken: last,
@@ -688,8 +694,8 @@ if (outFile) {
 
 const ours = results.find((r) => r.id === "pipeline")?.decodeTokensPerSecond;
 const lines = [
-  `| run | decode tok/s, median (min–max, runs) | pipeline ÷ this | CPU s / token (cores busy) | other load, cores | hit rate | read/token | memory |`,
-  `|---|---:|---:|---:|---:|---:|---:|---|`,
+  `| run | decode tok/s, median (min–max, runs) | pipeline ÷ this | CPU s / token (cores busy) | other load, cores | steal, cores | hit rate | read/token | memory |`,
+  `|---|---:|---:|---:|---:|---:|---:|---:|---|`,
 ];
 for (const r of results) {
   const tps = r.decodeTokensPerSecond;
@@ -700,7 +706,7 @@ for (const r of results) {
     mem = `${r.limited ? "limited" : "**NOT LIMITED**"}: cgroup peak ${fmt(r.cgroup.maxUsage)} of ${fmt(r.cgroup.limit)}, ${r.cgroup.failcnt} limit hits, ${r.cgroup.oomKills} OOM kills; anonymous ≤ ${(r.cgroupPeak.rss / 2 ** 20).toFixed(0)} MiB; ${r.eviction.skipped ? "not evicted" : "evicted"} ${((r.eviction.residentBefore ?? NaN) / 2 ** 20).toFixed(0)} → ${((r.eviction.residentAfter ?? NaN) / 2 ** 20).toFixed(0)} MiB cached`;
   else if (r.limited === false) mem = `**NOT LIMITED** (${r.cgroupError ?? r.error})`;
   lines.push(
-    `| ${r.id}: ${r.setting} | ${speed} | ${tps && ours ? (ours / tps).toFixed(2) + "×" : "—"} | ${r.cpuSecondsPerToken !== undefined ? `${r.cpuSecondsPerToken.toFixed(2)} (${r.cpuCores?.toFixed(2)})` : "—"} | ${r.otherLoadCores !== undefined ? r.otherLoadCores.toFixed(2) : "—"} | ${r.hitRate !== undefined ? (100 * r.hitRate).toFixed(1) + "%" : "—"} | ${r.bytesReadPerToken !== undefined ? (r.bytesReadPerToken / 2 ** 20).toFixed(1) + " MiB" : "—"} | ${mem} |`,
+    `| ${r.id}: ${r.setting} | ${speed} | ${tps && ours ? (ours / tps).toFixed(2) + "×" : "—"} | ${r.cpuSecondsPerToken !== undefined ? `${r.cpuSecondsPerToken.toFixed(2)} (${r.cpuCores?.toFixed(2)})` : "—"} | ${r.otherLoadCores !== undefined ? r.otherLoadCores.toFixed(2) : "—"} | ${r.stealCores !== undefined ? r.stealCores.toFixed(2) : "—"} | ${r.hitRate !== undefined ? (100 * r.hitRate).toFixed(1) + "%" : "—"} | ${r.bytesReadPerToken !== undefined ? (r.bytesReadPerToken / 2 ** 20).toFixed(1) + " MiB" : "—"} | ${mem} |`,
   );
 }
 const pl = results.find((r) => r.id === "pipeline")?.pipeline;
@@ -714,6 +720,6 @@ if (pl) {
 }
 const notLimited = results.filter((r) => r.limited === false);
 if (notLimited.length) lines.push("", `WARNING: ${notLimited.map((r) => r.id).join(", ")} did not reach the cgroup's limit: not measured under the limit.`);
-lines.push("", `other load: the largest average core use by other processes during a measured run (> 0.15 of 2 cores makes a figure unreliable). Bench wall time ${(record.wallSeconds / 60).toFixed(1)} min.`);
+lines.push("", `other load: the largest average core use by other processes during a measured run (> 0.15 of 2 cores makes a figure unreliable). steal: the largest average core time the hypervisor took from this VM in a run, not counted as other load (here it follows the engine's own reads: the host emulates the disk on the same cores). Bench wall time ${(record.wallSeconds / 60).toFixed(1)} min.`);
 process.stdout.write(lines.join("\n") + "\n");
 if (outFile) log(`wrote ${outFile}`);

@@ -1,6 +1,6 @@
 // Helpers of the benchmarks that run an engine under a memory limit: the page-cache eviction of
 // a model file, the memory cgroup (v1) a child runs in and the check that the limit was reached,
-// CPU time and the machine's other load, a CPU lock shared with other heavy jobs, and medians.
+// CPU time, the machine's other load and the hypervisor's steal, a CPU lock shared with other heavy jobs, and medians.
 //
 // Why eviction: cgroup v1 charges a page-cache page to the group that first touched it. Pages of
 // the model that are already cached (by `pack`, by an in-memory run, by an earlier bench) stay
@@ -121,30 +121,60 @@ export function ownCpuSeconds() {
   return (r.userCPUTime + r.systemCPUTime) / 1e6;
 }
 
-/** Busy and total jiffies over all CPUs (/proc/stat), or undefined off Linux. */
+/**
+ * The all-CPU line of /proc/stat ("cpu  user nice system idle iowait irq softirq steal …",
+ * jiffies since boot) as busy and total jiffies, and the steal among the busy ones: time this
+ * VM's cores were ready to run while the hypervisor ran something else. Undefined for text that
+ * is not such a line.
+ */
+export function parseCpuLine(text) {
+  const f = text.split("\n")[0].trim().split(/\s+/);
+  if (f[0] !== "cpu" || f.length < 9) return undefined;
+  const n = f.slice(1, 9).map(Number);
+  if (n.some((x) => !Number.isFinite(x))) return undefined;
+  const idle = n[3] + n[4]; // idle + iowait
+  const total = n.reduce((a, b) => a + b, 0); // user..steal (guest is inside user)
+  return { busy: total - idle, total, steal: n[7] };
+}
+
+/** parseCpuLine of this machine's /proc/stat now, or undefined off Linux. */
 export function cpuTimes() {
   try {
-    const f = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
-    const idle = f[3] + (f[4] ?? 0); // idle + iowait
-    const total = f.slice(0, 8).reduce((a, b) => a + b, 0); // user..steal (guest is inside user)
-    return { busy: total - idle, total };
+    return parseCpuLine(readFileSync("/proc/stat", "utf8"));
   } catch {
     return undefined;
   }
 }
 
-/**
- * Average number of cores that OTHER processes used over an interval: the machine's busy CPU
- * time (/proc/stat) minus `ownCpuSeconds`, per second of wall time. With 2 cores, anything
- * above ~0.1 makes speed figures unreliable.
- */
-export function otherLoad(before, after, wallSeconds, ownCpu) {
+/** Jiffies per second per core between two readings (self-calibrated: USER_HZ is not exposed), or undefined. */
+function jiffiesPerSecond(before, after, wallSeconds, cpus) {
   if (!before || !after || wallSeconds <= 0) return undefined;
   const dTotal = after.total - before.total;
-  if (dTotal <= 0) return undefined;
-  const hz = dTotal / (wallSeconds * os.cpus().length); // jiffies per second per core, self-calibrated
-  const busySeconds = (after.busy - before.busy) / hz;
+  return dTotal > 0 ? dTotal / (wallSeconds * cpus) : undefined;
+}
+
+/**
+ * Average number of cores that OTHER processes used over an interval: the machine's busy CPU
+ * time (/proc/stat) less its steal and `ownCpuSeconds`, per second of wall time. With 2 cores,
+ * anything above ~0.1 makes speed figures unreliable.
+ */
+export function otherLoad(before, after, wallSeconds, ownCpu, cpus = os.cpus().length) {
+  const hz = jiffiesPerSecond(before, after, wallSeconds, cpus);
+  if (hz === undefined) return undefined;
+  const busySeconds = (after.busy - before.busy - (after.steal - before.steal)) / hz;
   return Math.max(0, (busySeconds - ownCpu) / wallSeconds);
+}
+
+/**
+ * Average number of cores the hypervisor took from this VM over an interval (/proc/stat's
+ * steal). On this VM it follows the engine's own reads (the host emulates the disk on the same
+ * physical cores: ~0.1 cores while the 7B decodes half offloaded, none in memory,
+ * docs/benchmarks.md), so it is reported apart from other processes' load, not counted in it.
+ */
+export function stealCores(before, after, wallSeconds, cpus = os.cpus().length) {
+  const hz = jiffiesPerSecond(before, after, wallSeconds, cpus);
+  if (hz === undefined) return undefined;
+  return (after.steal - before.steal) / hz / wallSeconds;
 }
 
 /** Median, min and max of numbers (undefined for none). */

@@ -1,7 +1,9 @@
 // Micro-benchmark (not a test): what random direct-I/O reads of a file cost, by request size
 // and queue depth, through the loader (native/src/io/loader.cc): reads/s, MB/s, and the
 // process's CPU time per request (user + system: the submissions, the waits for completions,
-// and what the kernel charges this process of them). The device's limit is IOPS below some
+// and what the kernel charges this process of them), and the hypervisor's steal per request (on
+// a VM whose host emulates the disk on the same cores, CPU the reads take that no process is
+// charged for). The device's limit is IOPS below some
 // size and bandwidth above it; the CPU per request is what reads take from compute on a
 // machine with few cores. --addon runs another build's loader (an A/B of two builds, in
 // alternation, each going first every other round).
@@ -12,6 +14,7 @@
 import { statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { parseArgs } from "node:util";
+import { cpuTimes, stealCores } from "../../bench/lib/measure.mjs";
 const require = createRequire(import.meta.url);
 
 const { values: v } = parseArgs({
@@ -55,6 +58,7 @@ function measure(N, size, depth, seed) {
     let x = seed >>> 0;
     let reads = 0;
     const cpu0 = process.cpuUsage();
+    const stat0 = cpuTimes();
     const t0 = performance.now();
     let t = 0;
     while (t < seconds * 1000) {
@@ -67,7 +71,8 @@ function measure(N, size, depth, seed) {
       t = performance.now() - t0;
     }
     const cpu = process.cpuUsage(cpu0);
-    return { readsPerSecond: reads / (t / 1000), mbPerSecond: (reads * size) / (t / 1000) / 1e6, cpuUsPerRead: (cpu.user + cpu.system) / reads, backend: N.loaderInfo(id).backend };
+    const steal = stealCores(stat0, cpuTimes(), t / 1000);
+    return { readsPerSecond: reads / (t / 1000), mbPerSecond: (reads * size) / (t / 1000) / 1e6, cpuUsPerRead: (cpu.user + cpu.system) / reads, stealUsPerRead: steal === undefined ? NaN : (steal * t * 1000) / reads, backend: N.loaderInfo(id).backend };
   } finally {
     N.free(buf);
     N.closeLoader(id);
@@ -85,13 +90,13 @@ for (const size of sizes) {
     }
     builds.forEach(([name], b) => {
       const m = (k) => median(got[b].map((g) => g[k]));
-      rows.push({ build: name, backend: got[b][0].backend, size, depth, readsPerSecond: m("readsPerSecond"), mbPerSecond: m("mbPerSecond"), cpuUsPerRead: m("cpuUsPerRead") });
+      rows.push({ build: name, backend: got[b][0].backend, size, depth, readsPerSecond: m("readsPerSecond"), mbPerSecond: m("mbPerSecond"), cpuUsPerRead: m("cpuUsPerRead"), stealUsPerRead: m("stealUsPerRead") });
     });
   }
 }
 if (v.json) console.log(JSON.stringify({ file: v.file, seconds, rounds, rows }, null, 2));
 else {
   console.log(`random O_DIRECT reads of ${v.file} (${(fileSize / 2 ** 30).toFixed(2)} GiB), median of ${rounds} rounds of ${seconds} s${v.fixed ? "; destinations registered (READ_FIXED) where the build can" : ""}`);
-  console.log("| build | size | depth | reads/s | MB/s | CPU µs / read |\n|---|---:|---:|---:|---:|---:|");
-  for (const r of rows) console.log(`| ${r.build} (${r.backend}) | ${r.size} | ${r.depth} | ${(r.readsPerSecond / 1000).toFixed(1)}K | ${r.mbPerSecond.toFixed(0)} | ${r.cpuUsPerRead.toFixed(2)} |`);
+  console.log("| build | size | depth | reads/s | MB/s | CPU µs / read | steal µs / read |\n|---|---:|---:|---:|---:|---:|---:|");
+  for (const r of rows) console.log(`| ${r.build} (${r.backend}) | ${r.size} | ${r.depth} | ${(r.readsPerSecond / 1000).toFixed(1)}K | ${r.mbPerSecond.toFixed(0)} | ${r.cpuUsPerRead.toFixed(2)} | ${r.stealUsPerRead.toFixed(2)} |`);
 }
