@@ -388,6 +388,9 @@ export class NeuronCache {
     if (this.aheadPending > 0 && this.coldUsed >= coldCap - this.aheadPending) this.settle();
     const cap = coldCap - this.aheadPending;
     const own = this.ownMisses ? this.ownMark : undefined;
+    // the layer's resident cold neurons first go to the head of the LRU, so that its misses take
+    // other slots than theirs (and do not read them again later in the loop), as readAhead does
+    this.touchResident(layer, start > 0 ? positions.subarray(start) : positions, end - start, cap - this.coldUsed);
     for (; i < end; i++) {
       const p = positions[i]!;
       const g = base + p;
