@@ -42,7 +42,7 @@ export interface OpenOptions {
   pinGates?: boolean | "auto";
   /** Neurons per batch of reads ahead (inline decoder: the next layers' likely-firing neurons are read in the background while this layer computes — up+down rows with pinned gate rows, else whole bundles); default: the plan's, or without a plan min(1024, n_ff/8) up+down blocks with pinned gate rows when that staging is at most 5% of the up+down cache (on a small model it would cost more hits than reading ahead saves), else none; given explicitly it is used whatever its share; 0 turns reads ahead off. */
   readAhead?: number;
-  /** Share of the cold region that keeps the most-fired cold neurons (by the profile) for good, loaded at start; the rest is the LRU list misses go through (default 0: all LRU). */
+  /** Share of the cold region that keeps the most-used cold neurons (by the profile: most flagged with whole bundles and a trained predictor, else most fired) for good, loaded at start; the rest is the LRU list misses go through (default 0: all LRU). */
   coldKeep?: number;
   /** Knobs of the pipeline and blocking decoders (docs/pipeline.md). */
   pipeline?: Omit<PipelineOptions, "mode">;

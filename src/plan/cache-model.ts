@@ -17,8 +17,9 @@
 // up+down) or when it is flagged (whole bundles: the gate row is needed for every flagged neuron).
 //
 //   hot region   the clusters with the most profiled firings, loaded at start and kept
-//   kept         (coldKept) the most-fired neurons outside the hot region, loaded at start and
-//                kept: never a miss (NeuronCache.preloadCold)
+//   kept         (coldKept) the most-used neurons outside the hot region, loaded at start and
+//                kept: never a miss (NeuronCache.preloadCold; with whole bundles and measured
+//                false-flag rates by p_i + (1 − p_i)·f_i, else by p_i)
 //   cold region  one LRU list of single neurons (Che's approximation, Che, Tung & Wang 2002, for
 //                tokens as the time unit): the list holds a neuron while it was used within the
 //                last T tokens; T solves Σ_i P(used in the last T tokens) = cold slots, and an
@@ -144,7 +145,7 @@ export interface CacheShape {
   gatesPinned: boolean;
   /** LLMFlash's window (tokens), or undefined for the hot/cold cache. */
   window?: number;
-  /** Of the cold slots, those keeping the most-fired cold neurons for good (the rest are the LRU list); default 0. */
+  /** Of the cold slots, those keeping the most-used cold neurons for good (the rest are the LRU list); default 0. */
   coldKept?: number;
 }
 
@@ -189,6 +190,18 @@ function byFiring(r: ProfileRates): Int32Array {
   return o;
 }
 
+const useOrder = new WeakMap<ProfileRates, { use: Float64Array; order: Int32Array }>();
+/** Every neuron's accesses per token with whole bundles, p + (1 − p)·f, and the neurons most used first; ties by layer, then position (computed once per rates). */
+function byUse(r: ProfileRates, falseFlag: Float32Array): { use: Float64Array; order: Int32Array } {
+  let o = useOrder.get(r);
+  if (!o) {
+    const use = Float64Array.from(r.fire, (p, i) => p + (1 - p) * falseFlag[i]!);
+    o = { use, order: Int32Array.from({ length: use.length }, (_, i) => i).sort((a, b) => use[b]! - use[a]! || a - b) };
+    useOrder.set(r, o);
+  }
+  return o;
+}
+
 /** Expected misses per token of a cache shape (see the file's comment for the model). */
 export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast {
   const { nLayer, nFF } = r;
@@ -228,12 +241,15 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
     w.sort((a, b) => b.f - a.f || a.k - b.k);
     for (const { k } of w.slice(0, Math.floor(shape.hotSlots / C))) hot[k] = 1;
   }
-  // kept: the most-fired neurons outside the hot region (by firing rate, then layer and position, as the preload picks them)
+  // kept: the most-used neurons outside the hot region (by their rate of accesses when the
+  // false-flag rates are measured, else by firing rate; ties by layer and position), as the
+  // preload picks them (NeuronCache.coldUse)
   const keptN = new Uint8Array(shape.coldKept && shape.window === undefined ? N : 0);
   if (keptN.length) {
     let left = shape.coldKept!;
-    for (const i of byFiring(r)) {
-      if (left === 0 || !(r.fire[i]! > 0)) break;
+    const { use, order } = r.falseFlag && !r.oracle && !shape.gatesPinned ? byUse(r, r.falseFlag) : { use: r.fire, order: byFiring(r) };
+    for (const i of order) {
+      if (left === 0 || !(use[i]! > 0)) break;
       if (hot[Math.floor(i / nFF) * perLayer + Math.floor((i % nFF) / C)]) continue;
       keptN[i] = 1;
       left--;

@@ -25,7 +25,7 @@ export interface PlanKnobs {
   /** Inline: neurons per batch of reads ahead (0: none): up+down blocks with pinned gate rows, else whole bundles. */
   readAhead: number;
   queueDepth: number;
-  /** Share of the cold region keeping the most-fired cold neurons for good (0: all of it LRU; plans written before it: 0). */
+  /** Share of the cold region keeping the most-used cold neurons for good (0: all of it LRU; plans written before it: 0). */
   coldKeep: number;
 }
 
@@ -69,7 +69,7 @@ const HOT_SHARES = [0.5, 0.75, 0.9];
 /** How much faster a decoder's best plan must be predicted than a simpler decoder's to be chosen over it (makePlan). */
 export const DECODER_MARGIN = 0.05;
 const QUEUE_DEPTHS = [8, 32, 128];
-// the cold region all LRU, or keeping its most-fired neurons in 90% of it, or in all of it but the
+// the cold region all LRU, or keeping its most-used neurons in 90% of it, or in all of it but the
 // LRU list's minimum (memory-plan.ts: staging and two batches of reads ahead): on the 7B at half
 // its FFN, gate rows cached, keeping 90% cut the misses of flagged neurons from 4,871 to 3,736 a
 // token, and the most (0.99) the neurons read from 4,827 to 4,606 (docs/benchmarks.md)
@@ -271,7 +271,7 @@ export function describeExecutionPlan(p: ExecutionPlan): string {
       : `a compute worker runs the kernels with ${k.threads} thread${k.threads > 1 ? "s" : ""}, an I/O worker submits and completes reads (queue depth ${k.queueDepth})${k.decoder === "blocking" ? "; every read of a layer before its compute (LLMFlash's window cache of 5 tokens)" : "; reads overlap compute"}`;
   return [
     `plan for ${p.model.path} (${p.model.nLayer} layers × ${p.model.nFF} neurons, FFN ${mb(p.model.ffnBytes)}) on ${p.machine.cpu}${p.machine.calibrated ? "" : " (decoders not calibrated: run `neuronpipe probe`)"}${p.machine.phase ? `; the machine runs at ${p.machine.phase.memory.toFixed(2)}× its probe's memory speed and ${p.machine.phase.reads.toFixed(2)}× its read rate now` : ""}`,
-    `  memory: ${p.memory.budget === null ? "no bound" : mb(p.memory.budget)}; fixed region ${mb(p.memory.fixedBytes)}; ${(100 * p.memory.ffnResident).toFixed(1)}% of the FFN resident${p.memory.gatesPinned ? " (every gate row pinned, up+down cached)" : " (whole bundles cached)"}, ${p.memory.hotClusters} hot clusters of ${k.clusterSize} (hot share ${k.hotShare})${k.coldKeep ? `; ${Math.round(100 * k.coldKeep)}% of the cold region keeps its most-fired neurons, the rest is LRU` : ""}`,
+    `  memory: ${p.memory.budget === null ? "no bound" : mb(p.memory.budget)}; fixed region ${mb(p.memory.fixedBytes)}; ${(100 * p.memory.ffnResident).toFixed(1)}% of the FFN resident${p.memory.gatesPinned ? " (every gate row pinned, up+down cached)" : " (whole bundles cached)"}, ${p.memory.hotClusters} hot clusters of ${k.clusterSize} (hot share ${k.hotShare})${k.coldKeep ? `; ${Math.round(100 * k.coldKeep)}% of the cold region keeps its most-used neurons, the rest is LRU` : ""}`,
     `  decoder: ${k.decoder}: ${cores}`,
     `  per token: ${t.flagged.toFixed(0)} neurons flagged, ${t.fired.toFixed(0)} fired; ${t.readsPerToken.toFixed(1)} reads (${mb(t.readBytesPerToken)}), hit rate ${(100 * t.hitRate).toFixed(1)}%`,
     `  predicted: ${t.tokPerSec.toFixed(t.tokPerSec < 100 ? 2 : 0)} tok/s (${ms(t.total)} ms/token; attention ${ms(t.attention)}, predictor ${ms(t.predictor)}, gate ${ms(t.gate)}, up/down ${ms(t.upDown)}, output ${ms(t.output)}, decoder ${ms(t.host)}, reads ${ms(t.reads)} of which ${ms(t.hidden)} hidden) — bound by ${t.bottleneck}`,

@@ -53,7 +53,7 @@ export interface PlanOptions {
   /** Without pinned gate rows, read whole bundles ahead (readAheadNeurons of them) when the plan or the user asks for reads ahead; default false. */
   readAheadBundles: boolean;
   /**
-   * Share of the cold region that keeps the most-fired cold neurons (by the profile) for good,
+   * Share of the cold region that keeps the most-used cold neurons (by the profile, NeuronCache.coldUse) for good,
    * loaded at start; the rest is the LRU list that misses go through. 0 (the default): all of it
    * LRU. An LRU keeps what was used lately, and a token brings thousands of neurons it may not
    * use again soon: on the 7B, keeping 92% cut the misses of cached gate rows by a fifth.
@@ -106,7 +106,7 @@ export interface MemoryPlan {
   hotSlots: number;
   hotFrames: number;
   coldSlots: number;
-  /** Of the cold slots, those keeping the most-fired cold neurons for good (options.coldKeep); the others are the LRU list. */
+  /** Of the cold slots, those keeping the most-used cold neurons for good (options.coldKeep); the others are the LRU list. */
   coldKept: number;
   clusterSize: number;
   totalNeurons: number;

@@ -1,5 +1,6 @@
-// Kept cold neurons (PlanOptions.coldKeep): the cold region keeps the most-fired cold neurons of
-// the profile for good and runs its LRU over the other slots. Checked against the pack's own
+// Kept cold neurons (PlanOptions.coldKeep): the cold region keeps the most-used cold neurons of
+// the profile for good (most fired; with a trained predictor and whole bundles, most flagged) and
+// runs its LRU over the other slots. Checked against the pack's own
 // counts read independently (which neurons are kept), against the pack file (their bytes), after
 // a decode that churns the LRU (they are still there), and against the dense engine (the tokens).
 import { describe, expect, it } from "vitest";
@@ -48,6 +49,47 @@ describe("kept cold neurons", () => {
     await expect(loadSparseModel(packPath, { memory, contextSize: ctx, decoder: "blocking", coldKeep: 0.5 })).rejects.toThrow("coldKeep: the blocking decoder (LLMFlash) has a window cache, no cold region to keep");
     await expect(loadModel(defaultModel, { coldKeep: 0.5 })).rejects.toThrow(`coldKeep needs a neuron pack, and ${defaultModel} is a plain model`);
   });
+
+  it("with a trained predictor and whole bundles, the cold region keeps the neurons flagged most (fired or flagged silent), by the profile's counts and the predictor's false-flag rates", async () => {
+    const pack = openPack(packPath);
+    const { nLayer, nFF } = pack.config;
+    const T = pack.profileTokens;
+    const memory = budgetForFfnFraction(pack, 0.5, planOptions(pack.config, { contextSize: ctx, predictor: true }));
+    const m = await loadSparseModel(packPath, { memory, predictor: "trained", decoder: "inline", contextSize: ctx, pinGates: false, readAhead: 0, coldKeep: 0.9 });
+    try {
+      const { cache, plan } = m.sparse!;
+      expect(cache.pinned).toBe(false);
+      // a flag of an absent neuron reads its bundle: p + (1 − p)·f per token, p = count ÷ tokens
+      // (single precision), f the predictor's false-flag rate; ties by layer, then position
+      const byUse: { g: number; u: number }[] = [];
+      const byFiring: { g: number; c: number }[] = [];
+      for (let l = 0; l < nLayer; l++) {
+        const counts = pack.layers[l]!.counts;
+        const f = pack.predictor![l]!.falseFlags!;
+        for (let p = cache.hotLimit[l]!; p < nFF; p++) {
+          const x = Math.fround(counts[p]! / T);
+          const u = x + (1 - x) * f[p]!;
+          if (u > 0) byUse.push({ g: l * nFF + p, u });
+          if (counts[p]! > 0) byFiring.push({ g: l * nFF + p, c: counts[p]! });
+        }
+      }
+      byUse.sort((a, b) => b.u - a.u || a.g - b.g);
+      byFiring.sort((a, b) => b.c - a.c || a.g - b.g);
+      const loaded = byUse.slice(0, plan.coldSlots).map((x) => x.g);
+      const firedMost = new Set(byFiring.slice(0, plan.coldSlots).map((x) => x.g));
+      // the two measures choose differently here: the difference is what this checks
+      const onlyByUse = loaded.filter((g) => !firedMost.has(g));
+      expect(onlyByUse.length).toBeGreaterThan(plan.coldSlots / 50);
+      for (const g of loaded) expect(cache.holdsWhole(g), `neuron ${g}`).toBe(true);
+      // and after a decode that churns the LRU, the kept ones are still there
+      const session = m.createSession({ contextSize: ctx });
+      for await (const t of session.generate("The whale", { maxTokens: 16, temperature: 0 })) void t;
+      session.dispose();
+      for (const g of loaded.slice(0, plan.coldKept)) expect(cache.holdsWhole(g), `kept neuron ${g}`).toBe(true);
+    } finally {
+      await m[Symbol.asyncDispose]();
+    }
+  }, 120_000);
 
   for (const pinGates of [false, true]) {
     it(`gate rows pinned: ${pinGates}: the kept neurons are the most-fired cold ones by the pack's counts, hold their bytes, and stay through a decode; the tokens are the dense engine's`, async () => {

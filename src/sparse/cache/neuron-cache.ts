@@ -276,6 +276,28 @@ export class NeuronCache {
     this.resetStats();
   }
 
+  /**
+   * How often each neuron of a layer needs to be resident, by pack position: what the cold region
+   * keeps the most of. With whole bundles cached and a trained predictor that carries its
+   * false-flag rates, every flag needs the bundle, silent or not: p + (1 − p)·f, p the profiled
+   * firing rate and f the false-flag rate (on the 7B half offloaded, 6% fewer reads a token than
+   * by firings, docs/benchmarks.md). Otherwise the profiled firing counts: with pinned gate rows
+   * only a firing neuron needs its slot, and the oracle flags every neuron alike.
+   */
+  private coldUse(layer: number): ArrayLike<number> {
+    const counts = this.pack.layers[layer]!.counts;
+    const pred = this.pack.predictor;
+    const T = this.pack.profileTokens;
+    // every layer's rates or none: the two measures are not on one scale
+    if (!this.plan.options.predictor || this.pinned || !(T > 0) || pred?.length !== this.pack.config.nLayer || !pred.every((x) => x.falseFlags)) return counts;
+    const f = pred[layer]!.falseFlags!;
+    // the firing rate in single precision, as the planner's cache model holds it: the same order
+    return Float64Array.from(counts, (c, p) => {
+      const x = Math.fround(Math.min(1, c / T));
+      return x + (1 - x) * f[p]!;
+    });
+  }
+
   /** Pinned gates: every gate row into `gates`, streaming each layer's bundles sequentially. */
   private preloadGates(): void {
     const { nLayer } = this.pack.config;
@@ -296,7 +318,7 @@ export class NeuronCache {
   }
 
   /**
-   * Fill the cold region with the next most-fired neurons (whole bundles), so that a large
+   * Fill the cold region with the next most-used neurons (whole bundles), so that a large
    * budget starts warm instead of paying a first read for every neuron. Past the hot set a pack
    * may order neurons by co-activation rather than frequency, so the chosen ones are read in runs
    * of file order: a run goes on over at most PRELOAD_GAP unchosen bundles (read, not kept).
@@ -305,8 +327,8 @@ export class NeuronCache {
     const { nLayer } = this.pack.config;
     const cand: { l: number; p: number; c: number }[] = [];
     for (let l = 0; l < nLayer; l++) {
-      const counts = this.pack.layers[l]!.counts;
-      for (let p = this.hotLimit[l]!; p < this.nFF; p++) if (counts[p]! > 0) cand.push({ l, p, c: counts[p]! });
+      const use = this.coldUse(l);
+      for (let p = this.hotLimit[l]!; p < this.nFF; p++) if (use[p]! > 0) cand.push({ l, p, c: use[p]! });
     }
     cand.sort((a, b) => b.c - a.c || a.l - b.l || a.p - b.p);
     const chosen = cand.slice(0, this.plan.coldSlots).sort((a, b) => a.l - b.l || a.p - b.p); // file order
