@@ -400,44 +400,78 @@ void matmul(int type, const uint8_t* const* rows, int64_t r0, int64_t r1, int64_
 // Rows are scattered (cache slots), so they are streamed: G rows at a time run over the columns
 // [c0, c1) while `out` stays in L1, and the next G rows are prefetched meanwhile (as avx512.cc;
 // a tile of columns run over every row instead re-reads each row's lines once per tile and
-// reached 10-18% of the dense matvec's GB/s). Each out[c] still takes fma(coef_k, w_kc, ·) for k
-// ascending: the same sum, bit for bit, as the scalar code and any other tiling.
+// reached 10-18% of the dense matvec's GB/s). Each out[c] takes one fma per row, k ascending,
+// whatever the tiling or thread count: the sum is the same bit for bit.
 
-// The 32 weights of block b of a quantised row, exactly (q - 8)·d (Q4_0) or q·d (Q8_0): a
-// 4-bit or 8-bit integer times an fp16 scale needs at most 19 bits of mantissa.
-template <int TYPE>
-inline void blockWeights(const uint8_t* row, int64_t b, __m256 w[4]) {
-  if constexpr (TYPE == T_Q4_0) {
-    // each byte zero-extended to 32 bits straight from memory (vpmovzxbd m64): t & 15 is the low
-    // nibble, t >> 4 the high one; converted, then fma(q, d, -8·d) = (q - 8)·d, exact (q - 8 and
-    // d need 4 + 11 bits). Five instructions fewer per block than the F16C route (1024 + q as
-    // fp16, kept in git history), which measured 22-28% slower on a Zen 3 VM.
-    const BlockQ4_0* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
-    const float df = f16(blk->d);
-    const __m256 d = _mm256_set1_ps(df), c = _mm256_set1_ps(-8.0f * df);
+// Q4_0: out[c] = fma(coef_k·d, q - 8, out[c]), the block's scale folded into the coefficient
+// (coef_k·d rounded once, as the scalar code does), so a weight costs one fma instead of a
+// dequantising fma and an accumulating one: +20% on a Zen 3 VM (native/bench/sparse-bench.mjs).
+// q - 8 comes exact from the float bits 0x4B000000 | q (2^23 + q) less 2^23 + 8.
+struct Q4Nibbles {
+  const __m256i mask = _mm256_set1_epi32(0x0F), magic = _mm256_set1_epi32(0x4B000000);
+  const __m256 bias = _mm256_set1_ps(8388616.0f);  // 2^23 + 8
+  __m256 value(__m256i q) const { return _mm256_sub_ps(_mm256_castsi256_ps(_mm256_or_si256(q, magic)), bias); }
+  // acc[0..4) (the block's 32 columns) += a·(q - 8)
+  void axpy(const BlockQ4_0* blk, __m256 a, __m256* acc) const {
+    // each byte zero-extended to 32 bits straight from memory: t & 15 the low nibble, t >> 4 the high
     const __m256i t0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk->qs)));
     const __m256i t1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk->qs + 8)));
-    const __m256i m = _mm256_set1_epi32(0x0F);
-    w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(t0, m)), d, c);
-    w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(t1, m)), d, c);
-    w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(t0, 4)), d, c);
-    w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(t1, 4)), d, c);
-  } else {
-    const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
-    const __m256 d = _mm256_set1_ps(f16(blk->d));
-    for (int h = 0; h < 4; h++) {
-      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk->qs + 8 * h));
-      w[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+    acc[0] = _mm256_fmadd_ps(a, value(_mm256_and_si256(t0, mask)), acc[0]);
+    acc[1] = _mm256_fmadd_ps(a, value(_mm256_and_si256(t1, mask)), acc[1]);
+    acc[2] = _mm256_fmadd_ps(a, value(_mm256_srli_epi32(t0, 4)), acc[2]);
+    acc[3] = _mm256_fmadd_ps(a, value(_mm256_srli_epi32(t1, 4)), acc[3]);
+  }
+};
+
+// G Q4_0 rows over blocks [b0, b1): four blocks at a time (their scales converted together), two
+// blocks' 64 columns in eight registers across the G rows (eight independent fma chains).
+template <int G>
+inline void axpyGroupQ4(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext,
+                        int64_t b0, int64_t b1, float* out) {
+  const Q4Nibbles nib;
+  auto block = [&](int j, int64_t b) { return reinterpret_cast<const BlockQ4_0*>(r[j]) + b; };
+  int64_t b = b0;
+  for (; b + 4 <= b1; b += 4) {
+    for (int j = 0; j < nNext; j++) {  // 72 bytes of each row per step: the next rows' 128
+      prefetch(next[j], b * sizeof(BlockQ4_0));
+      prefetch(next[j], b * sizeof(BlockQ4_0) + 64);
     }
+    alignas(16) float sc[G][4];  // coef_j·d of the 4 blocks of row j
+    #pragma GCC unroll 8
+    for (int j = 0; j < G; j++) {
+      const BlockQ4_0* blk = block(j, b);
+      __m128i h = _mm_cvtsi32_si128(blk[0].d);
+      h = _mm_insert_epi16(h, blk[1].d, 1);
+      h = _mm_insert_epi16(h, blk[2].d, 2);
+      h = _mm_insert_epi16(h, blk[3].d, 3);
+      _mm_store_ps(sc[j], _mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(coef[j])));
+    }
+    for (int e = 0; e < 4; e += 2) {
+      __m256 acc[8];
+      for (int h = 0; h < 8; h++) acc[h] = _mm256_loadu_ps(out + (b + e) * QK + 8 * h);
+      #pragma GCC unroll 8
+      for (int j = 0; j < G; j++) {
+        nib.axpy(block(j, b + e), _mm256_broadcast_ss(&sc[j][e]), acc);
+        nib.axpy(block(j, b + e + 1), _mm256_broadcast_ss(&sc[j][e + 1]), acc + 4);
+      }
+      for (int h = 0; h < 8; h++) _mm256_storeu_ps(out + (b + e) * QK + 8 * h, acc[h]);
+    }
+  }
+  for (; b < b1; b++) {
+    __m256 acc[4];
+    for (int h = 0; h < 4; h++) acc[h] = _mm256_loadu_ps(out + b * QK + 8 * h);
+    for (int j = 0; j < G; j++) nib.axpy(block(j, b), _mm256_set1_ps(coef[j] * f16(block(j, b)->d)), acc);
+    for (int h = 0; h < 4; h++) _mm256_storeu_ps(out + b * QK + 8 * h, acc[h]);
   }
 }
 
-// Quantised rows, block by block: a 32-column block of `out` stays in four registers across the
-// G rows' blocks.
-template <int TYPE, int G>
-inline void axpyGroupBlocks(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext,
-                            int64_t b0, int64_t b1, float* out) {
-  constexpr size_t kBlock = TYPE == T_Q4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+// Q8_0 rows, block by block: the 32 weights q·d of a block exact (an 8-bit integer times an
+// fp16 scale needs at most 19 bits of mantissa), then fma(coef_k, w, ·); a 32-column block of
+// `out` stays in four registers across the G rows' blocks.
+template <int G>
+inline void axpyGroupQ8(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext,
+                        int64_t b0, int64_t b1, float* out) {
+  constexpr size_t kBlock = sizeof(BlockQ8_0);
   constexpr int64_t kPace = (64 + kBlock - 1) / kBlock;  // the next rows' lines at the pace these are read
   for (int64_t b = b0; b < b1; b++) {
     if ((b - b0) % kPace == 0) {
@@ -450,10 +484,13 @@ inline void axpyGroupBlocks(const uint8_t* const* r, const float* coef, const ui
     for (int h = 0; h < 4; h++) acc[h] = _mm256_loadu_ps(out + b * QK + 8 * h);
     #pragma GCC unroll 8
     for (int j = 0; j < G; j++) {
-      __m256 w[4];
-      blockWeights<TYPE>(r[j], b, w);
+      const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(r[j]) + b;
+      const __m256 d = _mm256_set1_ps(f16(blk->d));
       const __m256 a = _mm256_broadcast_ss(coef + j);
-      for (int h = 0; h < 4; h++) acc[h] = _mm256_fmadd_ps(a, w[h], acc[h]);
+      for (int h = 0; h < 4; h++) {
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk->qs + 8 * h));
+        acc[h] = _mm256_fmadd_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d), acc[h]);
+      }
     }
     for (int h = 0; h < 4; h++) _mm256_storeu_ps(out + b * QK + 8 * h, acc[h]);
   }
@@ -480,9 +517,11 @@ inline void axpyGroup(const uint8_t* const* r, const float* coef, const uint8_t*
 template <int TYPE, int G>
 inline void axpyRowGroup(const uint8_t* const* r, const float* coef, const uint8_t* const* next, int nNext,
                          int64_t c0, int64_t c1, float* out) {
-  if constexpr (TYPE == T_Q4_0 || TYPE == T_Q8_0) {
-    // c0 and c1 are block aligned (dispatch splits columns by blocks)
-    axpyGroupBlocks<TYPE, G>(r, coef, next, nNext, c0 / QK, (c1 + QK - 1) / QK, out);
+  // quantised: c0 and c1 are block aligned (dispatch splits columns by blocks)
+  if constexpr (TYPE == T_Q4_0) {
+    axpyGroupQ4<G>(r, coef, next, nNext, c0 / QK, (c1 + QK - 1) / QK, out);
+  } else if constexpr (TYPE == T_Q8_0) {
+    axpyGroupQ8<G>(r, coef, next, nNext, c0 / QK, (c1 + QK - 1) / QK, out);
   } else {
     constexpr size_t kBytes = TYPE == T_F16 ? 2 : 4;
     axpyGroup<TYPE == T_F16, G>(r, coef, next, nNext, (size_t)c0 * kBytes, (size_t)c1 * kBytes, c0, c1, out);
