@@ -1,6 +1,7 @@
 // Helpers of the benchmarks that run an engine under a memory limit: the page-cache eviction of
 // a model file, the memory cgroup (v1) a child runs in and the check that the limit was reached,
-// CPU time, the machine's other load and the hypervisor's steal, a CPU lock shared with other heavy jobs, and medians.
+// CPU time, the machine's other load and the hypervisor's steal, a CPU lock shared with other
+// heavy jobs, and medians.
 //
 // Why eviction: cgroup v1 charges a page-cache page to the group that first touched it. Pages of
 // the model that are already cached (by `pack`, by an in-memory run, by an earlier bench) stay

@@ -1,12 +1,11 @@
 // Micro-benchmark (not a test): what random direct-I/O reads of a file cost, by request size
-// and queue depth, through the loader (native/src/io/loader.cc): reads/s, MB/s, and the
-// process's CPU time per request (user + system: the submissions, the waits for completions,
-// and what the kernel charges this process of them), and the hypervisor's steal per request (on
-// a VM whose host emulates the disk on the same cores, CPU the reads take that no process is
-// charged for). The device's limit is IOPS below some
-// size and bandwidth above it; the CPU per request is what reads take from compute on a
-// machine with few cores. --addon runs another build's loader (an A/B of two builds, in
-// alternation, each going first every other round).
+// and queue depth, through the loader (native/src/io/loader.cc): reads/s, MB/s, the process's
+// CPU time per request (user + system: the submissions, the waits for completions, and what the
+// kernel charges this process of them) and the hypervisor's steal per request (on a VM whose
+// host emulates the disk on the same cores, CPU the reads take that no process is charged
+// for). The device's limit is IOPS below some size and bandwidth above it; the CPU per request
+// is what reads take from compute on a machine with few cores. --addon runs another build's
+// loader (an A/B of two builds, in alternation, each going first every other round).
 // Usage: node native/bench/read-cost.mjs --file BIG_FILE [--sizes 4096,8192,16384]
 //          [--depths 32,128] [--seconds 1.5] [--rounds 3] [--addon OTHER.node] [--fixed] [--json]
 // --fixed registers each destination buffer with the ring (loaderFixBuffer) in the builds that

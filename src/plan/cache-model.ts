@@ -51,7 +51,7 @@
 // costs a pass over the clusters and a bisection over the buckets, not over every neuron. Measured
 // against WindowCache's own policy and the decoders on the 7B and the default model:
 // docs/benchmarks.md, "why the 7B's predictions miss".
-import type { Pack } from "../sparse/pack/format.js";
+import { falseFlagRates, type Pack } from "../sparse/pack/format.js";
 import { reuseCurve, type FiringReuse } from "../sparse/reuse.js";
 
 export interface ProfileRates {
@@ -92,9 +92,9 @@ export function profileRates(pack: Pack, oracle = false): ProfileRates {
   const persist = new Float32Array(nLayer);
   const active = pack.file.metadata.get("neuronpipe.predictor.predicted_active")?.value as ArrayLike<number> | undefined;
   // the trainer's per-neuron false-flag rates, when every layer has them
-  const measured = !oracle && pack.predictor?.length === nLayer && pack.predictor.every((l) => l.falseFlags !== undefined);
-  const falseFlag = measured ? new Float32Array(nLayer * nFF) : undefined;
-  if (falseFlag) for (let l = 0; l < nLayer; l++) falseFlag.set(pack.predictor![l]!.falseFlags!, l * nFF);
+  const rates = oracle ? undefined : falseFlagRates(pack);
+  const falseFlag = rates && new Float32Array(nLayer * nFF);
+  if (falseFlag) rates!.forEach((f, l) => falseFlag.set(f, l * nFF));
   let fired = 0;
   let flagged = 0;
   for (let l = 0; l < nLayer; l++) {
@@ -247,7 +247,7 @@ export function forecastCache(r: ProfileRates, shape: CacheShape): CacheForecast
   const keptN = new Uint8Array(shape.coldKept && shape.window === undefined ? N : 0);
   if (keptN.length) {
     let left = shape.coldKept!;
-    const { use, order } = r.falseFlag && !r.oracle && !shape.gatesPinned ? byUse(r, r.falseFlag) : { use: r.fire, order: byFiring(r) };
+    const { use, order } = r.falseFlag && !shape.gatesPinned ? byUse(r, r.falseFlag) : { use: r.fire, order: byFiring(r) };
     for (const i of order) {
       if (left === 0 || !(use[i]! > 0)) break;
       if (hot[Math.floor(i / nFF) * perLayer + Math.floor((i % nFF) / C)]) continue;

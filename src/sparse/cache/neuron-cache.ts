@@ -16,7 +16,7 @@
 // computed — only where the bytes come from — so results are the same for any budget.
 import { native, type NativeAddon } from "../../native.js";
 import type { MemoryPlan } from "../memory-plan.js";
-import { blockReads, type Pack } from "../pack/format.js";
+import { blockReads, falseFlagRates, type Pack } from "../pack/format.js";
 import { ReadBatcher, type ReadBatch } from "./read-batcher.js";
 import { SlotLru } from "./slot-lru.js";
 
@@ -278,19 +278,17 @@ export class NeuronCache {
 
   /**
    * How often each neuron of a layer needs to be resident, by pack position: what the cold region
-   * keeps the most of. With whole bundles cached and a trained predictor that carries its
-   * false-flag rates, every flag needs the bundle, silent or not: p + (1 − p)·f, p the profiled
-   * firing rate and f the false-flag rate (on the 7B half offloaded, 6% fewer reads a token than
-   * by firings, docs/benchmarks.md). Otherwise the profiled firing counts: with pinned gate rows
-   * only a firing neuron needs its slot, and the oracle flags every neuron alike.
+   * keeps the most of. Given false-flag rates (whole bundles cached and a trained predictor:
+   * every flag needs the bundle, silent or not): p + (1 − p)·f, p the profiled firing rate and f
+   * the false-flag rate (on the 7B half offloaded, 6% fewer reads a token than by firings,
+   * docs/benchmarks.md). Otherwise the profiled firing counts: with pinned gate rows only a
+   * firing neuron needs its slot, and the oracle flags every neuron alike.
    */
-  private coldUse(layer: number): ArrayLike<number> {
+  private coldUse(layer: number, falseFlags: readonly Float32Array[] | undefined): ArrayLike<number> {
     const counts = this.pack.layers[layer]!.counts;
-    const pred = this.pack.predictor;
+    if (!falseFlags) return counts;
     const T = this.pack.profileTokens;
-    // every layer's rates or none: the two measures are not on one scale
-    if (!this.plan.options.predictor || this.pinned || !(T > 0) || pred?.length !== this.pack.config.nLayer || !pred.every((x) => x.falseFlags)) return counts;
-    const f = pred[layer]!.falseFlags!;
+    const f = falseFlags[layer]!;
     // the firing rate in single precision, as the planner's cache model holds it: the same order
     return Float64Array.from(counts, (c, p) => {
       const x = Math.fround(Math.min(1, c / T));
@@ -326,8 +324,10 @@ export class NeuronCache {
   private preloadCold(): void {
     const { nLayer } = this.pack.config;
     const cand: { l: number; p: number; c: number }[] = [];
+    // flags count only with a trained predictor, whole bundles cached and a profile to weigh them by
+    const falseFlags = this.plan.options.predictor && !this.pinned && this.pack.profileTokens > 0 ? falseFlagRates(this.pack) : undefined;
     for (let l = 0; l < nLayer; l++) {
-      const use = this.coldUse(l);
+      const use = this.coldUse(l, falseFlags);
       for (let p = this.hotLimit[l]!; p < this.nFF; p++) if (use[p]! > 0) cand.push({ l, p, c: use[p]! });
     }
     cand.sort((a, b) => b.c - a.c || a.l - b.l || a.p - b.p);
@@ -411,8 +411,9 @@ export class NeuronCache {
     const cap = coldCap - this.aheadPending;
     const own = this.ownMisses ? this.ownMark : undefined;
     // the layer's resident cold neurons first go to the head of the LRU, so that its misses take
-    // other slots than theirs (and do not read them again later in the loop), as readAhead does
-    this.touchResident(layer, start > 0 ? positions.subarray(start) : positions, end - start, cap - this.coldUsed);
+    // other slots than theirs (and do not read them again later in the loop); a first lease right
+    // after readAhead(now) finds that done
+    if (start > 0 || this.ownMisses?.layer !== layer) this.touchResident(layer, positions, start, end, cap - this.coldUsed);
     for (; i < end; i++) {
       const p = positions[i]!;
       const g = base + p;
@@ -678,7 +679,7 @@ export class NeuronCache {
     const hot = now ? this.hotLimit[layer]! : 0; // positions below are left to loadGates
     // the layer's own resident neurons first go to the head of the LRU, so the slots this batch
     // takes are not theirs (as many as a lease of loadGates could touch with this batch in it)
-    if (now) this.touchResident(layer, positions, count, this.lruSlots - this.aheadPending - Math.min(m, limit));
+    if (now) this.touchResident(layer, positions, 0, count, this.lruSlots - this.aheadPending - Math.min(m, limit));
     // at most m neurons: reads shorter than their blocks would let more fit the staging share
     for (let k = 0; k < count && n < neurons.length; k++) {
       const p = positions[k]!;
@@ -800,13 +801,13 @@ export class NeuronCache {
     this.ownMisses = undefined;
   }
 
-  /** Touch the LRU slots (cold, not kept) of (layer, positions[k]) that are resident, at most `max`, the first ones most recent. */
-  private touchResident(layer: number, positions: Int32Array, count: number, max: number): void {
+  /** Touch the LRU slots (cold, not kept) of (layer, positions[k]), k in [from, to), that are resident, at most `max`, the first ones most recent. */
+  private touchResident(layer: number, positions: Int32Array, from: number, to: number, max: number): void {
     const base = layer * this.nFF;
     const hotSlots = this.plan.hotSlots;
     const slots = this.touchScratch;
     let n = 0;
-    for (let k = 0; k < count && n < max; k++) {
+    for (let k = from; k < to && n < max; k++) {
       const s = this.slotOf[base + positions[k]!]!;
       if (s >= hotSlots && this.kept[s] !== 1) slots[n++] = s;
     }

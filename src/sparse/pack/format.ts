@@ -68,6 +68,18 @@ export interface Pack {
   source: { name: string; size: number; fingerprint: string };
 }
 
+/**
+ * Every layer's per-neuron false-flag rates of the pack's trained predictor (blk.N.fc2.false_flags,
+ * pack order), or undefined when a layer lacks them: a neuron's rate of use is then counted by
+ * firings alone, since the two measures are not on one scale. The neuron cache's kept cold
+ * neurons and the planner's cache model rank by the same rates.
+ */
+export function falseFlagRates(pack: Pack): readonly Float32Array[] | undefined {
+  const pred = pack.predictor;
+  if (pred?.length !== pack.config.nLayer || !pred.every((l) => l.falseFlags !== undefined)) return undefined;
+  return pred.map((l) => l.falseFlags!);
+}
+
 /** A malformed or unusable pack (or pack input); the message starts with the file path. */
 export class PackError extends Error {
   constructor(message: string) {
