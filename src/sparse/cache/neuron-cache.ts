@@ -160,6 +160,7 @@ export class NeuronCache {
   // the layer's own misses: the neurons its `now` batch reads (counted as misses), marked in
   // ownMark (nFF, by pack position); a lease of another layer ends it
   private ownMisses?: { layer: number; neurons: Int32Array };
+  private touchedFor = -1; // readAhead(now) just touched this layer's resident neurons (for loadGates' next lease)
   private readonly ownMark: Uint8Array;
 
   constructor(
@@ -373,6 +374,8 @@ export class NeuronCache {
     const tick = ++this.tick;
     if (!this.reads.isDeferred) this.beginLease(tick);
     if (this.ownMisses && this.ownMisses.layer !== layer) this.endOwnMisses();
+    const touched = start === 0 && this.touchedFor === layer; // by readAhead(now), just before
+    this.touchedFor = -1;
     this.reads.phase = "gate";
     this.reads.layer = layer;
     const coldCap = this.lruSlots;
@@ -413,7 +416,7 @@ export class NeuronCache {
     // the layer's resident cold neurons first go to the head of the LRU, so that its misses take
     // other slots than theirs (and do not read them again later in the loop); a first lease right
     // after readAhead(now) finds that done
-    if (start > 0 || this.ownMisses?.layer !== layer) this.touchResident(layer, positions, start, end, cap - this.coldUsed);
+    if (!touched) this.touchResident(layer, positions, start, end, cap - this.coldUsed);
     for (; i < end; i++) {
       const p = positions[i]!;
       const g = base + p;
@@ -679,7 +682,10 @@ export class NeuronCache {
     const hot = now ? this.hotLimit[layer]! : 0; // positions below are left to loadGates
     // the layer's own resident neurons first go to the head of the LRU, so the slots this batch
     // takes are not theirs (as many as a lease of loadGates could touch with this batch in it)
-    if (now) this.touchResident(layer, positions, 0, count, this.lruSlots - this.aheadPending - Math.min(m, limit));
+    if (now) {
+      this.touchResident(layer, positions, 0, count, this.lruSlots - this.aheadPending - Math.min(m, limit));
+      this.touchedFor = layer;
+    }
     // at most m neurons: reads shorter than their blocks would let more fit the staging share
     for (let k = 0; k < count && n < neurons.length; k++) {
       const p = positions[k]!;
