@@ -51,7 +51,7 @@
 // costs a pass over the clusters and a bisection over the buckets, not over every neuron. Measured
 // against WindowCache's own policy and the decoders on the 7B and the default model:
 // docs/benchmarks.md, "why the 7B's predictions miss".
-import { falseFlagRates, type Pack } from "../sparse/pack/format.js";
+import { bundleUseRate, falseFlagRates, type Pack } from "../sparse/pack/format.js";
 import { reuseCurve, type FiringReuse } from "../sparse/reuse.js";
 
 export interface ProfileRates {
@@ -195,7 +195,7 @@ const useOrder = new WeakMap<ProfileRates, { use: Float64Array; order: Int32Arra
 function byUse(r: ProfileRates, falseFlag: Float32Array): { use: Float64Array; order: Int32Array } {
   let o = useOrder.get(r);
   if (!o) {
-    const use = Float64Array.from(r.fire, (p, i) => p + (1 - p) * falseFlag[i]!);
+    const use = Float64Array.from(r.fire, (p, i) => bundleUseRate(p, falseFlag[i]!));
     o = { use, order: Int32Array.from({ length: use.length }, (_, i) => i).sort((a, b) => use[b]! - use[a]! || a - b) };
     useOrder.set(r, o);
   }

@@ -404,8 +404,10 @@ void matmul(int type, const uint8_t* const* rows, int64_t r0, int64_t r1, int64_
 // whatever the tiling or thread count: the sum is the same bit for bit.
 
 // Q4_0: out[c] = fma(coef_k·d, q - 8, out[c]), the block's scale folded into the coefficient
-// (coef_k·d rounded once, as the scalar code does), so a weight costs one fma instead of a
-// dequantising fma and an accumulating one: +20% on a Zen 3 VM (native/bench/sparse-bench.mjs).
+// (coef_k·d rounded once; the scalar code rounds coef_k·((q - 8)·d) instead, within the tolerance
+// of test/native/simd.test.ts), so a weight costs one fma instead of a dequantising fma and an
+// accumulating one: +22% on a Zen 3 VM, old and new alternated in one process; sparse-bench
+// 46-49% -> 56-64% of the dense matvec's GB/s (docs/benchmarks.md, 2026-12-07 (stop 57)).
 // q - 8 comes exact from the float bits 0x4B000000 | q (2^23 + q) less 2^23 + 8.
 struct Q4Nibbles {
   const __m256i mask = _mm256_set1_epi32(0x0F), magic = _mm256_set1_epi32(0x4B000000);

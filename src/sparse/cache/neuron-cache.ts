@@ -16,7 +16,7 @@
 // computed — only where the bytes come from — so results are the same for any budget.
 import { native, type NativeAddon } from "../../native.js";
 import type { MemoryPlan } from "../memory-plan.js";
-import { blockReads, falseFlagRates, type Pack } from "../pack/format.js";
+import { blockReads, bundleUseRate, falseFlagRates, type Pack } from "../pack/format.js";
 import { ReadBatcher, type ReadBatch } from "./read-batcher.js";
 import { SlotLru } from "./slot-lru.js";
 
@@ -291,10 +291,7 @@ export class NeuronCache {
     const T = this.pack.profileTokens;
     const f = falseFlags[layer]!;
     // the firing rate in single precision, as the planner's cache model holds it: the same order
-    return Float64Array.from(counts, (c, p) => {
-      const x = Math.fround(Math.min(1, c / T));
-      return x + (1 - x) * f[p]!;
-    });
+    return Float64Array.from(counts, (c, p) => bundleUseRate(Math.fround(Math.min(1, c / T)), f[p]!));
   }
 
   /** Pinned gates: every gate row into `gates`, streaming each layer's bundles sequentially. */

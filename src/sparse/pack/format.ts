@@ -80,6 +80,15 @@ export function falseFlagRates(pack: Pack): readonly Float32Array[] | undefined 
   return pred.map((l) => l.falseFlags!);
 }
 
+/**
+ * A neuron's uses of its bundle per token when whole bundles are cached: each firing (rate p) and
+ * each flag it stays silent on ((1 − p)·f). The neuron cache's kept cold neurons and the
+ * planner's cache model rank by it, so both pick the same set.
+ */
+export function bundleUseRate(p: number, falseFlag: number): number {
+  return p + (1 - p) * falseFlag;
+}
+
 /** A malformed or unusable pack (or pack input); the message starts with the file path. */
 export class PackError extends Error {
   constructor(message: string) {
